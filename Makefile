@@ -1,0 +1,51 @@
+# The two commands: `make demo` and `make test`. Both create the environment first.
+SHELL := /bin/bash
+.SHELLFLAGS := -eo pipefail -c
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+# pip's configured extra indexes on these machines print one warning per package; keep the log readable.
+QUIET_PIP := grep -v "^WARNING: Location" || true
+
+.PHONY: venv demo test lint typecheck unit integration bench stack-up stack-down clean
+
+$(STAMP): requirements.lock pyproject.toml
+	@echo "==> creating $(VENV) from requirements.lock (first time: ~2-4 minutes)"
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	@$(BIN)/pip install -q --upgrade "pip>=24" 2>&1 | $(QUIET_PIP)
+	@$(BIN)/pip install -q -r requirements.lock 2>&1 | $(QUIET_PIP)
+	@$(BIN)/pip install -q --no-deps --no-build-isolation -e . 2>&1 | $(QUIET_PIP)
+	@$(BIN)/python -c "import modelops, airflow, mlflow, great_expectations, pyspark, tritonclient.http" 
+	@touch $(STAMP)
+	@echo "==> environment ready: $(BIN)/modelops"
+
+venv: $(STAMP)
+
+demo: venv
+	$(BIN)/modelops demo
+
+test: venv lint typecheck
+	$(BIN)/pytest
+
+lint: venv
+	$(BIN)/ruff check .
+
+typecheck: venv
+	$(BIN)/mypy plugins/modelops
+
+unit: venv
+	$(BIN)/pytest tests/unit
+
+integration: venv
+	$(BIN)/pytest -m integration
+
+stack-up: venv
+	$(BIN)/modelops stack up
+
+stack-down: venv
+	$(BIN)/modelops stack down
+
+clean:
+	-test -x $(BIN)/modelops && $(BIN)/modelops stack down
+	rm -rf .modelops

@@ -1,0 +1,317 @@
+"""Typed settings, declared once, read from the environment and validated once.
+
+Every setting is a :class:`Setting` in :data:`SETTINGS` with its environment variable,
+type, default and a one-line doc. :func:`load_settings` converts and validates all of
+them; a bad value raises :class:`~modelops.errors.ConfigError` naming the variable,
+the rule and an example. The README's configuration table is generated from this
+module (``modelops config --markdown``) and a test keeps the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from modelops.errors import ConfigError
+
+PROJECT_ROOT = Path(__file__).resolve().parents[2]
+"""The repository root (``plugins/modelops/config.py`` lives two levels below it)."""
+
+
+def _port(raw: str) -> int:
+    value = int(raw)
+    if not 1 <= value <= 65535:
+        raise ValueError("must be a TCP port between 1 and 65535")
+    return value
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("must be an integer >= 1")
+    return value
+
+
+def _positive_float(raw: str) -> float:
+    value = float(raw)
+    if not value > 0:
+        raise ValueError("must be a number > 0")
+    return value
+
+
+def _fraction(raw: str) -> float:
+    value = float(raw)
+    if not 0.0 <= value <= 1.0:
+        raise ValueError("must be a number between 0 and 1")
+    return value
+
+
+def _bool(raw: str) -> bool:
+    lowered = raw.strip().lower()
+    if lowered in {"1", "true", "yes", "on"}:
+        return True
+    if lowered in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("must be one of true/false/1/0/yes/no/on/off")
+
+
+def _path(raw: str) -> Path:
+    if not raw.strip():
+        raise ValueError("must not be empty")
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else (PROJECT_ROOT / path)
+
+
+def _host(raw: str) -> str:
+    if not re.fullmatch(r"[A-Za-z0-9.\-:]+", raw):
+        raise ValueError("must be a host name or IP address")
+    return raw
+
+
+def _choice(*choices: str) -> Callable[[str], str]:
+    def parse(raw: str) -> str:
+        if raw not in choices:
+            raise ValueError(f"must be one of {', '.join(choices)}")
+        return raw
+
+    parse.__name__ = "one of " + "|".join(choices)
+    return parse
+
+
+def _bucket(raw: str) -> str:
+    if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", raw):
+        raise ValueError("must be an S3 bucket name (3-63 of a-z 0-9 . -)")
+    return raw
+
+
+def _text(raw: str) -> str:
+    return raw
+
+
+def _optional_url(raw: str) -> str:
+    if raw and not re.match(r"^[a-z][a-z0-9+.\-]*://", raw):
+        raise ValueError("must be empty or a URL with a scheme (http://host:port)")
+    return raw
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration variable: name, parser, default (as text) and a one-line doc."""
+
+    attr: str
+    env: str
+    parse: Callable[[str], Any]
+    default: str
+    doc: str
+    example: str = ""
+    secret: bool = False
+
+    @property
+    def example_value(self) -> str:
+        return self.example or self.default or "<value>"
+
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("home", "MODELOPS_HOME", _path, ".modelops",
+            "State directory of the embedded stack (logs, PIDs, databases); relative to the repo root."),
+    Setting("bind_host", "MODELOPS_BIND_HOST", _host, "127.0.0.1",
+            "Address every embedded server binds to.", example="127.0.0.1"),
+    Setting("s3_port", "MODELOPS_S3_PORT", _port, "9310",
+            "Port of the embedded S3-compatible object store (moto server)."),
+    Setting("s3_endpoint_url", "MODELOPS_S3_ENDPOINT_URL", _optional_url, "",
+            "S3 endpoint; empty means the embedded store at http://BIND_HOST:S3_PORT.",
+            example="http://minio:9000"),
+    Setting("s3_access_key", "MODELOPS_S3_ACCESS_KEY", _text, "modelops",
+            "Access key for the object store (any value works for the embedded store).",
+            secret=True),
+    Setting("s3_secret_key", "MODELOPS_S3_SECRET_KEY", _text, "modelops-secret",
+            "Secret key for the object store.", secret=True),
+    Setting("s3_region", "MODELOPS_S3_REGION", _text, "us-east-1", "Region name passed to boto3."),
+    Setting("bucket", "MODELOPS_BUCKET", _bucket, "modelops",
+            "Bucket for Triton repositories, routes, event logs and reports."),
+    Setting("mlflow_bucket", "MODELOPS_MLFLOW_BUCKET", _bucket, "mlflow",
+            "Bucket for MLflow artifacts."),
+    Setting("mlflow_port", "MODELOPS_MLFLOW_PORT", _port, "5510", "Port of the MLflow server."),
+    Setting("mlflow_tracking_uri", "MODELOPS_MLFLOW_TRACKING_URI", _optional_url, "",
+            "MLflow tracking URI; empty means the embedded server.", example="http://mlflow:5000"),
+    Setting("mlflow_backend", "MODELOPS_MLFLOW_BACKEND", _choice("sqlite", "postgresql"), "sqlite",
+            "Backend store of the embedded MLflow server."),
+    Setting("postgres_port", "MODELOPS_POSTGRES_PORT", _port, "5532",
+            "Port of the private PostgreSQL cluster (only when MLFLOW_BACKEND=postgresql)."),
+    Setting("postgres_bin", "MODELOPS_POSTGRES_BIN", _path, "/usr/lib/postgresql/15/bin",
+            "Directory with the PostgreSQL 15 server binaries (initdb, pg_ctl, postgres)."),
+    Setting("triton_http_port", "MODELOPS_TRITON_HTTP_PORT", _port, "8300",
+            "HTTP port of Triton (inference, repository API)."),
+    Setting("triton_grpc_port", "MODELOPS_TRITON_GRPC_PORT", _port, "8301", "gRPC port of Triton."),
+    Setting("triton_metrics_port", "MODELOPS_TRITON_METRICS_PORT", _port, "8302",
+            "Prometheus metrics port of Triton."),
+    Setting("triton_url", "MODELOPS_TRITON_URL", _optional_url, "",
+            "Triton HTTP URL; empty means the embedded server.", example="http://triton:8000"),
+    Setting("triton_backend", "MODELOPS_TRITON_BACKEND", _choice("python", "onnxruntime"), "python",
+            "Backend of published models: python (model.py running onnxruntime) or native onnxruntime."),
+    Setting("airflow_port", "MODELOPS_AIRFLOW_PORT", _port, "8380", "Port of the Airflow API server / UI."),
+    Setting("airflow_worker_log_port", "MODELOPS_AIRFLOW_WORKER_LOG_PORT", _port, "8393",
+            "Port of Airflow's worker log server."),
+    Setting("airflow_trigger_log_port", "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT", _port, "8394",
+            "Port of Airflow's triggerer log server."),
+    Setting("airflow_url", "MODELOPS_AIRFLOW_URL", _optional_url, "",
+            "Airflow API base URL; empty means the embedded server.", example="http://airflow:8080"),
+    Setting("airflow_user", "MODELOPS_AIRFLOW_USER", _text, "admin", "Airflow admin user name."),
+    Setting("airflow_password", "MODELOPS_AIRFLOW_PASSWORD", _text, "",
+            "Airflow admin password; empty means generate one at first start and keep it in HOME.",
+            secret=True),
+    Setting("airflow_parallelism", "MODELOPS_AIRFLOW_PARALLELISM", _positive_int, "4",
+            "Task slots of the embedded LocalExecutor."),
+    Setting("gateway_port", "MODELOPS_GATEWAY_PORT", _port, "8400", "Port of the serving gateway."),
+    Setting("gateway_workers", "MODELOPS_GATEWAY_WORKERS", _positive_int, "1",
+            "uvicorn worker processes of the gateway."),
+    Setting("spark_master", "MODELOPS_SPARK_MASTER", _text, "local[2]",
+            "Spark master URL of the batch jobs.", example="spark://spark-master:7077"),
+    Setting("notify_urls", "MODELOPS_NOTIFY_URLS", _text, "",
+            "Comma-separated apprise URLs for notifications; empty disables delivery.",
+            example="json://127.0.0.1:8999/notify"),
+    Setting("feedback_secret", "MODELOPS_FEEDBACK_SECRET", _text, "",
+            "HMAC secret for feedback tokens; empty means generate one at first start and keep it in HOME.",
+            secret=True),
+    Setting("startup_timeout_s", "MODELOPS_STARTUP_TIMEOUT_S", _positive_float, "180",
+            "Seconds `stack up` waits for one service to become healthy."),
+    Setting("sample_share", "MODELOPS_SCORED_SAMPLE_SHARE", _fraction, "1.0",
+            "Share of requests whose scored items (with features) are logged."),
+)
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The validated settings. Build with :func:`load_settings`, never by hand in code."""
+
+    home: Path
+    bind_host: str
+    s3_port: int
+    s3_endpoint_url: str
+    s3_access_key: str
+    s3_secret_key: str
+    s3_region: str
+    bucket: str
+    mlflow_bucket: str
+    mlflow_port: int
+    mlflow_tracking_uri: str
+    mlflow_backend: str
+    postgres_port: int
+    postgres_bin: Path
+    triton_http_port: int
+    triton_grpc_port: int
+    triton_metrics_port: int
+    triton_url: str
+    triton_backend: str
+    airflow_port: int
+    airflow_worker_log_port: int
+    airflow_trigger_log_port: int
+    airflow_url: str
+    airflow_user: str
+    airflow_password: str
+    airflow_parallelism: int
+    gateway_port: int
+    gateway_workers: int
+    spark_master: str
+    notify_urls: str
+    feedback_secret: str
+    startup_timeout_s: float
+    sample_share: float
+
+    # Derived values: the embedded defaults unless an explicit URL was configured.
+    @property
+    def s3_endpoint(self) -> str:
+        return self.s3_endpoint_url or f"http://{self.bind_host}:{self.s3_port}"
+
+    @property
+    def mlflow_uri(self) -> str:
+        return self.mlflow_tracking_uri or f"http://{self.bind_host}:{self.mlflow_port}"
+
+    @property
+    def triton_http_url(self) -> str:
+        return self.triton_url or f"http://{self.bind_host}:{self.triton_http_port}"
+
+    @property
+    def triton_metrics_url(self) -> str:
+        return f"http://{self.bind_host}:{self.triton_metrics_port}/metrics"
+
+    @property
+    def airflow_api_url(self) -> str:
+        return self.airflow_url or f"http://{self.bind_host}:{self.airflow_port}"
+
+    @property
+    def gateway_url(self) -> str:
+        return f"http://{self.bind_host}:{self.gateway_port}"
+
+    @property
+    def notify_url_list(self) -> list[str]:
+        return [u.strip() for u in self.notify_urls.split(",") if u.strip()]
+
+
+def load_settings(env: Mapping[str, str] | None = None) -> Settings:
+    """Read and validate every setting.
+
+    Args:
+        env: the environment to read; ``os.environ`` when omitted.
+
+    Raises:
+        ConfigError: naming every variable with a bad value, its rule and an example.
+    """
+    source = os.environ if env is None else env
+    values: dict[str, Any] = {}
+    problems: list[str] = []
+    for setting in SETTINGS:
+        raw = source.get(setting.env, setting.default)
+        try:
+            values[setting.attr] = setting.parse(raw.strip() if setting.parse is not _text else raw)
+        except ValueError as exc:
+            rule = str(exc) if not str(exc).startswith("invalid literal") else _rule_for(setting)
+            shown = "<hidden>" if setting.secret else repr(raw)
+            problems.append(
+                f"{setting.env}={shown}: {rule} (example: {setting.env}={setting.example_value})"
+            )
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    _check_distinct_ports(values, problems)
+    if problems:
+        raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
+    return Settings(**values)
+
+
+def _rule_for(setting: Setting) -> str:
+    names = {_port: "must be a TCP port between 1 and 65535", _positive_int: "must be an integer >= 1",
+             _positive_float: "must be a number > 0", _fraction: "must be a number between 0 and 1"}
+    return names.get(setting.parse, "has the wrong type")
+
+
+def _check_distinct_ports(values: Mapping[str, Any], problems: list[str]) -> None:
+    seen: dict[int, str] = {}
+    for setting in SETTINGS:
+        if setting.parse is _port:
+            port = values[setting.attr]
+            if port in seen and not (setting.attr == "postgres_port" and values["mlflow_backend"] == "sqlite"):
+                problems.append(
+                    f"{setting.env}={port}: must differ from {seen[port]} (each server needs its own port)"
+                )
+            seen.setdefault(port, setting.env)
+
+
+@lru_cache(maxsize=1)
+def settings() -> Settings:
+    """The process-wide settings, read once from ``os.environ``."""
+    return load_settings()
+
+
+def markdown_table() -> str:
+    """The configuration table of the README, generated from :data:`SETTINGS`."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    for s in SETTINGS:
+        default = f"`{s.default}`" if s.default else "(empty)"
+        lines.append(f"| `{s.env}` | {default} | {s.doc} |")
+    return "\n".join(lines)
+

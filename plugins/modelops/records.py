@@ -1,0 +1,77 @@
+"""The records that cross process boundaries: the three event logs and their layout.
+
+The gateway writes these logs; the Spark jobs read them. Keep both sides on these
+definitions. Every log is Parquet under ``<prefix>/dt=YYYY-MM-DD/hour=HH/``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime
+
+import pyarrow as pa
+
+SCHEMA_VERSION = 1
+
+ACTIONS: tuple[str, ...] = ("click", "purchase", "skip")
+"""The feedback actions a user can send through a ``feedback_token``."""
+
+TS = pa.timestamp("us", tz="UTC")
+
+PREDICTIONS = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("feedback_token", pa.string()),
+        ("ts", TS),
+        ("model", pa.string()),
+        ("model_version", pa.int64()),
+        ("model_sha256", pa.string()),
+        ("user_hash", pa.string()),
+        ("n_items", pa.int32()),
+        ("score_mean", pa.float64()),
+        ("score_max", pa.float64()),
+        ("score_std", pa.float64()),
+        ("latency_ms", pa.float64()),
+        ("delay_origin", pa.string()),
+    ]
+)
+"""One row per served request."""
+
+FEEDBACK = pa.schema(
+    [
+        ("feedback_token", pa.string()),
+        ("action", pa.string()),
+        ("ts", TS),
+        ("received_at", TS),
+    ]
+)
+"""One row per feedback event; ``ts`` is when the user acted, ``received_at`` when the gateway got it."""
+
+SCORED_SAMPLE_BASE = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("ts", TS),
+        ("model", pa.string()),
+        ("model_version", pa.int64()),
+        ("item_index", pa.int32()),
+        ("score", pa.float64()),
+    ]
+)
+
+
+def scored_samples_schema(feature_names: Sequence[str]) -> pa.Schema:
+    """Scored samples: the base columns, then one float64 column per feature (null when missing)."""
+    return pa.schema([*SCORED_SAMPLE_BASE, *(pa.field(name, pa.float64()) for name in feature_names)])
+
+
+LOG_PREFIXES = {
+    "predictions": "logs/predictions",
+    "feedback": "logs/feedback",
+    "scored_samples": "logs/scored_samples",
+}
+"""Key prefixes of the three logs inside the platform bucket."""
+
+
+def partition_path(prefix: str, when: datetime) -> str:
+    """``<prefix>/dt=YYYY-MM-DD/hour=HH`` for a UTC timestamp."""
+    return f"{prefix.rstrip('/')}/dt={when:%Y-%m-%d}/hour={when:%H}"

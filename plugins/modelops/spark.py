@@ -1,0 +1,38 @@
+"""Spark session for the batch jobs: any master URL from config, loopback defaults locally."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import TYPE_CHECKING
+
+from modelops.config import settings
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+
+def spark_session(app_name: str, master: str | None = None, *, shuffle_partitions: int = 8) -> SparkSession:
+    """A Spark session on ``master`` (``MODELOPS_SPARK_MASTER`` when omitted).
+
+    Python workers use this interpreter (so they import the same pandas/numpy/pyarrow),
+    the UI is off and everything binds to loopback for ``local[...]`` masters.
+    """
+    from pyspark.sql import SparkSession
+
+    master = master or settings().spark_master
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    builder = (
+        SparkSession.builder.appName(app_name)
+        .master(master)
+        .config("spark.ui.enabled", "false")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
+        .config("spark.sql.execution.arrow.pyspark.enabled", "true")
+        .config("spark.driver.memory", os.environ.get("MODELOPS_SPARK_DRIVER_MEMORY", "4g"))
+    )
+    if master.startswith("local"):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+        builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    return builder.getOrCreate()
