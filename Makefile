@@ -15,8 +15,8 @@ $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install -q --upgrade "pip>=24" 2>&1 | $(QUIET_PIP)
 	@$(BIN)/pip install -q -r requirements.lock 2>&1 | $(QUIET_PIP)
-	@$(BIN)/pip install -q --no-deps --no-build-isolation -e . 2>&1 | $(QUIET_PIP)
-	@$(BIN)/python -c "import modelops, airflow, mlflow, great_expectations, pyspark, tritonclient.http" 
+	@$(BIN)/pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
+	@$(BIN)/python -c "import modelops, airflow, mlflow, great_expectations, pyspark, tritonclient.http" > /dev/null
 	@touch $(STAMP)
 	@echo "==> environment ready: $(BIN)/modelops"
 
