@@ -1,0 +1,161 @@
+"""The routes document: which Triton versions of a model serve, and the sticky canary split.
+
+One document per model at ``routes/<model>.json`` in the platform bucket; the release
+DAG writes it, every gateway polls it. Format (``schema_version`` 1)::
+
+    {"schema_version": 1, "model": "recommender", "revision": 7,
+     "stable": {"version": 3, "sha256": "<64 hex>"},
+     "canary": {"version": 4, "sha256": "<64 hex>"} | null,
+     "canary_weight": 0.05, "updated_at": "<ISO 8601>", "updated_by": "<who>"}
+
+``revision`` increases with every change; a gateway applies only a higher revision.
+Assignment is sticky: a user goes to the canary when :func:`user_fraction` of their
+``user_id`` is below ``canary_weight``, so raising the weight keeps every earlier
+canary user on the canary, and one user always sees one version.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from modelops.errors import ContractError
+
+SCHEMA_VERSION = 1
+ROUTES_PREFIX = "routes/"
+_SHA256 = re.compile(r"^[0-9a-f]{64}$")
+_MODEL = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+
+
+@dataclass(frozen=True)
+class VersionRef:
+    """A published Triton version: the integer folder and the sha256 identity of the model file."""
+
+    version: int
+    sha256: str
+
+    @property
+    def label(self) -> str:
+        """The ``X-Model-Version`` value: ``<sha256[:12]>/<triton version>``."""
+        return f"{self.sha256[:12]}/{self.version}"
+
+
+@dataclass(frozen=True)
+class Routes:
+    """One model's routes document."""
+
+    model: str
+    revision: int
+    stable: VersionRef
+    canary: VersionRef | None
+    canary_weight: float
+    updated_at: str
+    updated_by: str
+    schema_version: int = SCHEMA_VERSION
+
+
+def routes_key(model: str) -> str:
+    """Object-store key of a model's routes document."""
+    return f"{ROUTES_PREFIX}{model}.json"
+
+
+def model_from_key(key: str) -> str | None:
+    """The model name of a routes key, or None for other keys."""
+    if key.startswith(ROUTES_PREFIX) and key.endswith(".json"):
+        name = key[len(ROUTES_PREFIX):-len(".json")]
+        return name if _MODEL.match(name) else None
+    return None
+
+
+def _version(raw: Any, where: str) -> VersionRef:
+    if not isinstance(raw, Mapping):
+        raise ContractError(f"{where}: must be an object (example: {{\"version\": 3, \"sha256\": \"<64 hex>\"}})")
+    version, sha = raw.get("version"), raw.get("sha256")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise ContractError(f"{where}.version={version!r}: must be an integer >= 1 (example: 3)")
+    if not isinstance(sha, str) or not _SHA256.match(sha):
+        raise ContractError(f"{where}.sha256={sha!r}: must be 64 lowercase hex digits")
+    return VersionRef(version, sha)
+
+
+def parse_routes(document: Any) -> Routes:
+    """Validate a parsed routes document.
+
+    Raises:
+        ContractError: naming the field, the rule and an example.
+    """
+    if not isinstance(document, Mapping):
+        raise ContractError("routes: must be a JSON object")
+    if document.get("schema_version") != SCHEMA_VERSION:
+        raise ContractError(f"routes.schema_version={document.get('schema_version')!r}: must be {SCHEMA_VERSION}")
+    model = document.get("model")
+    if not isinstance(model, str) or not _MODEL.match(model):
+        raise ContractError(f"routes.model={model!r}: must match {_MODEL.pattern} (example: recommender)")
+    revision = document.get("revision")
+    if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
+        raise ContractError(f"routes.revision={revision!r}: must be an integer >= 0 (example: 7)")
+    stable = _version(document.get("stable"), "routes.stable")
+    canary = None if document.get("canary") is None else _version(document.get("canary"), "routes.canary")
+    weight = document.get("canary_weight", 0.0)
+    if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not 0.0 <= weight <= 1.0:
+        raise ContractError(f"routes.canary_weight={weight!r}: must be a number in [0, 1] (example: 0.05)")
+    if canary is None and weight != 0:
+        raise ContractError(f"routes.canary_weight={weight!r}: must be 0 when canary is null")
+    if canary is not None and canary.version == stable.version:
+        raise ContractError(f"routes.canary.version={canary.version}: must differ from stable.version")
+    updated_at, updated_by = document.get("updated_at", ""), document.get("updated_by", "")
+    if not isinstance(updated_at, str) or not isinstance(updated_by, str):
+        raise ContractError("routes.updated_at / updated_by: must be strings")
+    return Routes(model, revision, stable, canary, float(weight), updated_at, updated_by)
+
+
+def routes_to_dict(routes: Routes) -> dict[str, Any]:
+    """The JSON-ready document."""
+    def ref(v: VersionRef | None) -> dict[str, Any] | None:
+        return None if v is None else {"version": v.version, "sha256": v.sha256}
+
+    return {"schema_version": routes.schema_version, "model": routes.model, "revision": routes.revision,
+            "stable": ref(routes.stable), "canary": ref(routes.canary), "canary_weight": routes.canary_weight,
+            "updated_at": routes.updated_at, "updated_by": routes.updated_by}
+
+
+def serialize_routes(routes: Routes) -> bytes:
+    """The document as stored (validated on the way out, so a writer cannot store a bad one)."""
+    document = routes_to_dict(routes)
+    parse_routes(document)
+    return json.dumps(document, indent=2, sort_keys=True).encode()
+
+
+def load_routes(data: bytes) -> Routes:
+    """Parse stored bytes into routes.
+
+    Raises:
+        ContractError: not JSON or not a valid routes document.
+    """
+    try:
+        document = json.loads(data)
+    except ValueError as exc:
+        raise ContractError(f"routes: not valid JSON: {exc}") from exc
+    return parse_routes(document)
+
+
+def user_fraction(user_id: str) -> float:
+    """A stable position of a user in [0, 1): the first 8 bytes of sha256(user_id) over 2**64."""
+    digest = hashlib.sha256(user_id.encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def user_hash(user_id: str) -> str:
+    """The pseudonymous user id written to the prediction log (sha256 prefix, 16 hex)."""
+    return hashlib.sha256(user_id.encode("utf-8")).hexdigest()[:16]
+
+
+def choose_version(routes: Routes, user_id: str) -> VersionRef:
+    """The version that serves ``user_id``: the canary when the user's fraction is under the weight."""
+    if routes.canary is not None and routes.canary_weight > 0 and user_fraction(user_id) < routes.canary_weight:
+        return routes.canary
+    return routes.stable

@@ -1,0 +1,126 @@
+"""Feedback tokens: HMAC-SHA256 signed claims that tie a user action to the prediction.
+
+Format: ``<base64url(claims JSON)>.<base64url(HMAC-SHA256(secret, first part))>``. The
+claims carry the request id, the model, its Triton version and sha256 prefix, and the
+issue time (epoch seconds), so a feedback event is attributed to a version without a
+lookup. A token is valid for :data:`TOKEN_TTL_S` (24 h) after issue.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import hmac
+import json
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelops.errors import ModelopsError
+
+TOKEN_TTL_S = 24 * 3600
+_CLOCK_SKEW_S = 300  # a token "issued" a little in the future (another gateway's clock) is still fine
+SECRET_FILE_NAME = "feedback_secret"
+
+
+class TokenError(ModelopsError):
+    """A feedback token was refused."""
+
+
+class TokenInvalid(TokenError):
+    """Malformed token or failed signature (HTTP 401)."""
+
+
+class TokenExpired(TokenError):
+    """A well-signed token older than its validity (HTTP 410)."""
+
+
+@dataclass(frozen=True)
+class TokenClaims:
+    """What a feedback token says about its prediction."""
+
+    request_id: str
+    model: str
+    model_version: int
+    model_sha256: str
+    issued_at: float
+
+
+def _b64(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def _unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+def issue_token(secret: bytes, claims: TokenClaims) -> str:
+    """Sign ``claims`` into a token."""
+    payload = json.dumps(
+        {"r": claims.request_id, "m": claims.model, "v": claims.model_version,
+         "s": claims.model_sha256, "t": round(claims.issued_at, 3)},
+        separators=(",", ":"),
+    ).encode()
+    body = _b64(payload)
+    signature = hmac.new(secret, body.encode("ascii"), hashlib.sha256).digest()
+    return f"{body}.{_b64(signature)}"
+
+
+def verify_token(secret: bytes, token: str, *, now: float, ttl_s: float = TOKEN_TTL_S) -> TokenClaims:
+    """Check a token's signature and age and return its claims.
+
+    Raises:
+        TokenInvalid: malformed, or the signature does not match (tampered or another secret).
+        TokenExpired: correctly signed but issued more than ``ttl_s`` seconds before ``now``.
+    """
+    body, dot, signature = token.partition(".")
+    if not dot or not body or not signature:
+        raise TokenInvalid("feedback_token: not a token (expected <claims>.<signature>)")
+    try:
+        expected = hmac.new(secret, body.encode("ascii"), hashlib.sha256).digest()
+        given = _unb64(signature)
+    except (UnicodeEncodeError, binascii.Error, ValueError) as exc:
+        raise TokenInvalid("feedback_token: not a token (bad encoding)") from exc
+    if not hmac.compare_digest(expected, given):
+        raise TokenInvalid("feedback_token: signature does not match")
+    try:
+        raw = json.loads(_unb64(body))
+        claims = TokenClaims(str(raw["r"]), str(raw["m"]), int(raw["v"]), str(raw["s"]), float(raw["t"]))
+    except (ValueError, KeyError, TypeError, binascii.Error) as exc:
+        raise TokenInvalid("feedback_token: claims are unreadable") from exc
+    if now - claims.issued_at > ttl_s:
+        raise TokenExpired(f"feedback_token: expired (issued {now - claims.issued_at:.0f} s ago, valid {ttl_s:.0f} s)")
+    if claims.issued_at - now > _CLOCK_SKEW_S:
+        raise TokenInvalid("feedback_token: issued in the future")
+    return claims
+
+
+def resolve_secret(configured: str, home: Path) -> bytes:
+    """The feedback secret: the configured one, else one generated once and kept in ``home``.
+
+    Several gateway workers (and restarts) must share the secret, so the generated one is
+    written once with ``O_EXCL`` (0600) and read by everyone after.
+    """
+    if configured:
+        return configured.encode()
+    path = home / "secrets" / SECRET_FILE_NAME
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except FileExistsError:
+        pass
+    else:
+        with os.fdopen(fd, "w") as handle:
+            handle.write(secrets.token_hex(32))
+            handle.flush()
+            os.fsync(handle.fileno())
+    for _ in range(100):  # another process may be between O_EXCL create and write
+        text = path.read_text().strip()
+        if text:
+            return text.encode()
+        import time
+
+        time.sleep(0.01)
+    raise TokenError(f"feedback secret file {path} stays empty")
