@@ -1,0 +1,118 @@
+"""The version index in the object store, updated by compare-and-swap.
+
+``triton/<NAME>/index.json`` holds the :class:`~modelops.serving.versions.VersionIndex`.
+Updates are conditional writes: the first with ``If-None-Match: *`` (create only),
+later ones with ``If-Match: <etag read>``. A writer that loses the race re-reads and
+retries, so two concurrent publishes can never give two sha256s the same integer.
+S3 (since 2024), MinIO and moto (checked: 5.2.5) honour both conditions on PutObject.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from modelops.errors import ObjectStoreError, ServingError
+from modelops.objectstore import ObjectStore
+from modelops.serving.versions import VersionIndex, assign_version
+
+MAX_ATTEMPTS = 20
+"""Conditional-write attempts before giving up (each loser re-reads and retries)."""
+
+
+class ConditionalStore(Protocol):
+    """The two operations compare-and-swap needs (the S3 adapter below; an in-memory one in tests)."""
+
+    def read(self, key: str) -> tuple[bytes | None, str | None]:
+        """``(body, etag)``, or ``(None, None)`` when the key does not exist."""
+        ...
+
+    def write_if(self, key: str, body: bytes, etag: str | None) -> bool:
+        """Write only if the object still has ``etag`` (does not exist when None); False if not."""
+        ...
+
+
+def index_key(model: str) -> str:
+    """Object key of the index of ``model``."""
+    return f"triton/{model}/index.json"
+
+
+@dataclass(frozen=True)
+class Allocation:
+    """The outcome of :func:`allocate_version`."""
+
+    version: int
+    created: bool
+    index: VersionIndex
+
+
+@dataclass(frozen=True)
+class S3ConditionalStore:
+    """:class:`ConditionalStore` over the platform's :class:`ObjectStore` (conditional PutObject)."""
+
+    store: ObjectStore
+
+    def read(self, key: str) -> tuple[bytes | None, str | None]:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self.store.client.get_object(Bucket=self.store.bucket, Key=key)
+            body = bytes(response["Body"].read())
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+                return None, None
+            raise ObjectStoreError(f"get {self.store.uri(key)} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise ObjectStoreError(f"get {self.store.uri(key)} failed: {exc}") from exc
+        return body, str(response["ETag"])
+
+    def write_if(self, key: str, body: bytes, etag: str | None) -> bool:
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        condition = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+        try:
+            self.store.client.put_object(
+                Bucket=self.store.bucket, Key=key, Body=body, ContentType="application/json", **condition
+            )
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code"))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            lost = code in {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"}
+            if lost or status in {409, 412}:
+                return False
+            raise ObjectStoreError(f"conditional put {self.store.uri(key)} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise ObjectStoreError(f"conditional put {self.store.uri(key)} failed: {exc}") from exc
+        return True
+
+
+def read_index(store: ConditionalStore, model: str) -> tuple[VersionIndex, str | None]:
+    """The current index of ``model`` and its ETag (None when it does not exist yet)."""
+    body, etag = store.read(index_key(model))
+    if body is None:
+        return VersionIndex(model), None
+    return VersionIndex.from_json(body, model=model), etag
+
+
+def allocate_version(store: ConditionalStore | ObjectStore, model: str, sha256: str) -> Allocation:
+    """The integer Triton version of ``sha256`` for ``model``, assigning ``max + 1`` if new.
+
+    Idempotent: the same sha256 always gets the same integer. Safe under concurrency.
+
+    Raises:
+        ServingError: when the index stays contended for :data:`MAX_ATTEMPTS` attempts.
+        ObjectStoreError: when the store fails.
+    """
+    cas: ConditionalStore = S3ConditionalStore(store) if isinstance(store, ObjectStore) else store
+    key = index_key(model)
+    for attempt in range(MAX_ATTEMPTS):
+        index, etag = read_index(cas, model)
+        new_index, version, created = assign_version(index, sha256)
+        if not created:
+            return Allocation(version, False, index)
+        if cas.write_if(key, new_index.to_json().encode(), etag):
+            return Allocation(version, True, new_index)
+        time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))  # back off; another publish won
+    raise ServingError(f"{key}: still contended after {MAX_ATTEMPTS} attempts")

@@ -1,0 +1,117 @@
+"""The sha256 → integer Triton version mapping and its compare-and-swap allocation."""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from modelops.errors import ServingError
+from modelops.serving.index_store import allocate_version, index_key, read_index
+from modelops.serving.versions import VersionIndex, assign_version
+
+
+def sha(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def test_same_sha_gets_same_version_and_new_sha_gets_next() -> None:
+    index = VersionIndex("ranker")
+    index, v1, created1 = assign_version(index, sha("a"))
+    index, v2, created2 = assign_version(index, sha("b"))
+    again, v1_again, created_again = assign_version(index, sha("a"))
+    assert (v1, created1, v2, created2) == (1, True, 2, True)
+    assert (v1_again, created_again) == (1, False)
+    assert again is index
+
+
+def test_next_version_is_max_plus_one_even_with_gaps() -> None:
+    index = VersionIndex("ranker", {sha("a"): 3, sha("b"): 7})
+    _, version, _ = assign_version(index, sha("c"))
+    assert version == 8
+
+
+def test_index_round_trips_through_json() -> None:
+    index = VersionIndex("ranker", {sha("b"): 2, sha("a"): 1})
+    parsed = VersionIndex.from_json(index.to_json(), model="ranker")
+    assert dict(parsed.versions) == dict(index.versions)
+    assert parsed.sha256_of(2) == sha("b")
+
+
+@pytest.mark.parametrize(
+    ("versions", "message"),
+    [
+        ({sha("a"): 1, sha("b"): 1}, "given to both"),
+        ({sha("a"): 0}, ">= 1"),
+        ({"xyz": 1}, "64 lowercase hex"),
+    ],
+)
+def test_invalid_index_is_refused(versions: dict[str, int], message: str) -> None:
+    with pytest.raises(ServingError, match=message):
+        VersionIndex("ranker", versions)
+
+
+def test_index_of_another_model_is_refused() -> None:
+    with pytest.raises(ServingError, match="expected 'ranker'"):
+        VersionIndex.from_json(VersionIndex("other").to_json(), model="ranker")
+
+
+class AtomicMemoryStore:
+    """An in-memory conditional store with S3's semantics (atomic compare-and-swap)."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, tuple[bytes, str]] = {}
+        self.lock = threading.Lock()
+        self.counter = 0
+        self.rejected = 0
+
+    def read(self, key: str) -> tuple[bytes | None, str | None]:
+        with self.lock:
+            body, etag = self.objects.get(key, (None, None))
+            return body, etag
+
+    def write_if(self, key: str, body: bytes, etag: str | None) -> bool:
+        with self.lock:
+            current = self.objects.get(key)
+            if (current[1] if current else None) != etag:
+                self.rejected += 1
+                return False
+            self.counter += 1
+            self.objects[key] = (body, f'"{self.counter}"')
+            return True
+
+
+def test_concurrent_publishes_never_share_an_integer() -> None:
+    store = AtomicMemoryStore()
+    shas = [sha(str(i)) for i in range(24)] * 2  # each sha published twice, concurrently
+    barrier = threading.Barrier(8)
+
+    def publish(digest: str) -> tuple[str, int]:
+        with contextlib.suppress(threading.BrokenBarrierError):
+            barrier.wait(timeout=0.5)
+        return digest, allocate_version(store, "ranker", digest).version
+
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        results = list(pool.map(publish, shas))
+    by_sha: dict[str, set[int]] = {}
+    for digest, version in results:
+        by_sha.setdefault(digest, set()).add(version)
+    assert all(len(v) == 1 for v in by_sha.values()), "one sha got two integers"
+    numbers = [next(iter(v)) for v in by_sha.values()]
+    assert sorted(numbers) == list(range(1, 25)), "two shas got the same integer, or a gap"
+    index, _ = read_index(store, "ranker")
+    assert {d: index.version_of(d) for d in by_sha} == {d: next(iter(v)) for d, v in by_sha.items()}
+
+
+def test_a_stale_writer_retries_instead_of_overwriting() -> None:
+    store = AtomicMemoryStore()
+    first = allocate_version(store, "ranker", sha("a"))
+    body, etag = store.read(index_key("ranker"))
+    assert body is not None
+    # Another publish lands between our read and our write: our etag is stale now.
+    allocate_version(store, "ranker", sha("b"))
+    assert store.write_if(index_key("ranker"), body, etag) is False
+    third = allocate_version(store, "ranker", sha("c"))
+    assert (first.version, third.version) == (1, 3)
