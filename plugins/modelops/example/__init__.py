@@ -1,0 +1,1 @@
+"""The reference recommender: synthetic data, feature tables, training, ONNX export, MLflow logging."""
