@@ -6,6 +6,7 @@ other program is never mistaken for ours and never signalled.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -62,7 +63,7 @@ def start(
     with log_file.open("ab") as log:
         log.write(f"\n--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting: {' '.join(argv)}\n".encode())
         log.flush()
-        proc = subprocess.Popen(  # noqa: S603 - argv is built by the stack, never from user text
+        proc = subprocess.Popen(
             list(argv),
             env=dict(env),
             cwd=str(cwd) if cwd else None,
@@ -102,10 +103,8 @@ def stop(pid_file: Path, *, timeout_s: float = 20.0) -> bool:
         root.terminate()
     _gone, alive = psutil.wait_procs(family, timeout=timeout_s)
     for proc in alive:
-        try:
+        with contextlib.suppress(psutil.Error):
             proc.kill()
-        except psutil.Error:
-            pass
     psutil.wait_procs(alive, timeout=5)
     pid_file.unlink(missing_ok=True)
     return True

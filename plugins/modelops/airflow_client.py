@@ -1,0 +1,125 @@
+"""A thin client of Airflow 3's REST API: token, unpause, trigger, follow a run.
+
+Used by the CLI (``modelops release start``), the demo and the tests. HTTP errors
+become :class:`~modelops.errors.ModelopsError` with Airflow's own message.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import requests
+
+from modelops.errors import ModelopsError
+
+TERMINAL_STATES = frozenset({"success", "failed"})
+
+
+class AirflowError(ModelopsError):
+    """The Airflow API refused or failed a request."""
+
+
+@dataclass
+class AirflowClient:
+    base_url: str
+    username: str
+    password: str
+    timeout_s: float = 30.0
+    retries: int = 3
+    _token: str | None = field(default=None, repr=False)
+    _session: requests.Session = field(default_factory=requests.Session, repr=False)
+
+    def _auth_header(self) -> dict[str, str]:
+        if self._token is None:
+            response = self._session.post(
+                f"{self.base_url}/auth/token",
+                json={"username": self.username, "password": self.password},
+                timeout=self.timeout_s,
+            )
+            if response.status_code not in (200, 201):
+                raise AirflowError(f"Airflow login as {self.username!r} failed: HTTP {response.status_code} "
+                                   f"{response.text[:200]}")
+            self._token = str(response.json()["access_token"])
+        return {"Authorization": f"Bearer {self._token}"}
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        """One API call; reads (GET) are retried on connection errors and time-outs."""
+        attempts = self.retries if method == "GET" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                response = self._session.request(method, f"{self.base_url}{path}", headers=self._auth_header(),
+                                                 timeout=self.timeout_s, **kwargs)
+                break
+            except requests.RequestException as exc:
+                if attempt == attempts:
+                    raise AirflowError(f"Airflow API {self.base_url} unreachable: {exc}") from exc
+                time.sleep(attempt)
+        if response.status_code >= 400:
+            raise AirflowError(f"Airflow API {method} {path}: HTTP {response.status_code} {response.text[:300]}")
+        return response.json() if response.content else None
+
+    def version(self) -> str:
+        return str(self.request("GET", "/api/v2/version")["version"])
+
+    def wait_for_dag(self, dag_id: str, timeout_s: float = 90.0) -> None:
+        """Wait until the DAG processor has parsed ``dag_id``."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                self.request("GET", f"/api/v2/dags/{dag_id}")
+                return
+            except AirflowError:
+                if time.monotonic() > deadline:
+                    raise AirflowError(f"DAG {dag_id!r} not parsed within {timeout_s:.0f} s") from None
+                time.sleep(1.0)
+
+    def unpause(self, dag_id: str) -> None:
+        self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
+
+    def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None, *, run_id: str | None = None,
+                note: str | None = None) -> str:
+        """Trigger a run (unpausing the DAG first); returns the dag_run_id."""
+        self.wait_for_dag(dag_id)
+        self.unpause(dag_id)
+        body: dict[str, Any] = {"logical_date": None, "conf": dict(conf or {})}
+        if run_id:
+            body["dag_run_id"] = run_id
+        if note:
+            body["note"] = note
+        return str(self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", json=body)["dag_run_id"])
+
+    def run_state(self, dag_id: str, run_id: str) -> str:
+        return str(self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"])
+
+    def task_instances(self, dag_id: str, run_id: str) -> list[dict[str, Any]]:
+        return list(self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances")["task_instances"])
+
+    def xcom(self, dag_id: str, run_id: str, task_id: str, key: str = "return_value") -> Any:
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
+        return self.request("GET", path)["value"]
+
+    def wait(self, dag_id: str, run_id: str, *, timeout_s: float = 300.0,
+             on_change: Callable[[str], None] | None = None) -> str:
+        """Poll until the run ends; returns its final state."""
+        deadline = time.monotonic() + timeout_s
+        last = ""
+        while time.monotonic() < deadline:
+            state = self.run_state(dag_id, run_id)
+            if state != last and on_change:
+                on_change(state)
+            last = state
+            if state in TERMINAL_STATES:
+                return state
+            time.sleep(1.0)
+        raise AirflowError(f"run {dag_id}/{run_id} still {last!r} after {timeout_s:.0f} s")
+
+
+def client_from_settings() -> AirflowClient:
+    from modelops.config import settings
+    from modelops.stack.services import airflow_password
+
+    cfg = settings()
+    return AirflowClient(cfg.airflow_api_url, cfg.airflow_user, airflow_password(cfg))

@@ -1,0 +1,369 @@
+"""The services of the embedded stack: how each starts, where it listens, how it is checked.
+
+Everything here is data plus small preparation steps; :mod:`modelops.stack.launcher`
+starts, checks and stops them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import sysconfig
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from modelops.config import PROJECT_ROOT, SETTINGS, Settings
+from modelops.errors import StackError
+
+VENV_BIN = Path(sys.executable).parent
+
+
+@dataclass(frozen=True)
+class Service:
+    """One long-running process of the stack."""
+
+    name: str
+    argv: tuple[str, ...]
+    ports: tuple[int, ...]
+    health_url: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    prepare: Callable[[], None] | None = None
+    after_healthy: Callable[[], None] | None = None
+    depends_on: tuple[str, ...] = ()
+    cwd: Path | None = None
+    # For Airflow components other than the API server: the key in the API server's
+    # /api/v2/monitor/health answer whose status must be "healthy".
+    airflow_component: str | None = None
+    url: str = ""
+
+    def log_file(self, home: Path) -> Path:
+        return home / "logs" / f"{self.name}.log"
+
+    def pid_file(self, home: Path) -> Path:
+        return home / "run" / f"{self.name}.pid"
+
+
+def _secret_file(home: Path, name: str) -> str:
+    """A random secret kept under HOME, created once (0600)."""
+    path = home / "secrets" / name
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(secrets.token_urlsafe(24))
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def airflow_password(cfg: Settings) -> str:
+    return cfg.airflow_password or _secret_file(cfg.home, "airflow-admin-password")
+
+
+def feedback_secret(cfg: Settings) -> str:
+    return cfg.feedback_secret or _secret_file(cfg.home, "feedback-secret")
+
+
+def modelops_env(cfg: Settings) -> dict[str, str]:
+    """The MODELOPS_* settings as environment, so every child process sees the same config."""
+    env = {s.env: str(getattr(cfg, s.attr)) for s in SETTINGS}
+    env["MODELOPS_FEEDBACK_SECRET"] = feedback_secret(cfg)
+    env["MODELOPS_AIRFLOW_PASSWORD"] = airflow_password(cfg)
+    return env
+
+
+def base_env(cfg: Settings) -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(modelops_env(cfg))
+    env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
+    env["AWS_ACCESS_KEY_ID"] = cfg.s3_access_key
+    env["AWS_SECRET_ACCESS_KEY"] = cfg.s3_secret_key
+    env["AWS_DEFAULT_REGION"] = cfg.s3_region
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    return env
+
+
+# ---------------------------------------------------------------- object store
+def object_store(cfg: Settings) -> Service:
+    def create_buckets() -> None:
+        from modelops.objectstore import ObjectStore
+
+        for bucket in (cfg.bucket, cfg.mlflow_bucket):
+            ObjectStore.from_settings(cfg, bucket=bucket).ensure_bucket()
+
+    return Service(
+        name="objectstore",
+        argv=(str(VENV_BIN / "moto_server"), "-H", cfg.bind_host, "-p", str(cfg.s3_port)),
+        ports=(cfg.s3_port,),
+        health_url=f"http://{cfg.bind_host}:{cfg.s3_port}/moto-api/data.json",
+        env=base_env(cfg),
+        after_healthy=create_buckets,
+        url=f"http://{cfg.bind_host}:{cfg.s3_port}",
+    )
+
+
+# ---------------------------------------------------------------- PostgreSQL (optional)
+def postgres(cfg: Settings) -> Service:
+    data_dir = cfg.home / "postgres" / "data"
+    sock_dir = cfg.home / "postgres" / "sock"
+
+    def initdb() -> None:
+        sock_dir.mkdir(parents=True, exist_ok=True)
+        if (data_dir / "PG_VERSION").exists():
+            return
+        data_dir.mkdir(parents=True, exist_ok=True)
+        run_as = _postgres_user_prefix(data_dir.parent)
+        result = subprocess.run(
+            [*run_as, str(cfg.postgres_bin / "initdb"), "-D", str(data_dir), "-U", "modelops",
+             "--auth=trust", "-E", "UTF8"],
+            capture_output=True, text=True, check=False,
+        )
+        if result.returncode != 0:
+            raise StackError(f"postgres: initdb failed: {result.stderr.strip()[-800:]}")
+
+    argv = (*_postgres_user_prefix(data_dir.parent), str(cfg.postgres_bin / "postgres"), "-D", str(data_dir),
+            "-p", str(cfg.postgres_port), "-k", str(sock_dir), "-c", f"listen_addresses={cfg.bind_host}")
+    return Service(
+        name="postgres",
+        argv=argv,
+        ports=(cfg.postgres_port,),
+        health_url=f"tcp://{cfg.bind_host}:{cfg.postgres_port}",
+        env=base_env(cfg),
+        prepare=initdb,
+        url=f"postgresql://modelops@{cfg.bind_host}:{cfg.postgres_port}/postgres",
+    )
+
+
+def _postgres_user_prefix(owned_dir: Path) -> tuple[str, ...]:
+    """PostgreSQL refuses to run as root: run it as the 'postgres' user when we are root."""
+    if os.geteuid() != 0:
+        return ()
+    owned_dir.mkdir(parents=True, exist_ok=True)
+    shutil.chown(owned_dir, "postgres", "postgres")
+    for path in owned_dir.rglob("*"):
+        shutil.chown(path, "postgres", "postgres")
+    # The home directory itself must be traversable by 'postgres'.
+    for parent in owned_dir.parents:
+        if parent == Path("/"):
+            break
+        mode = parent.stat().st_mode
+        if not mode & 0o001:
+            parent.chmod(mode | 0o001)
+    return ("runuser", "-u", "postgres", "--")
+
+
+# ---------------------------------------------------------------- MLflow
+def mlflow(cfg: Settings) -> Service:
+    mlflow_dir = cfg.home / "mlflow"
+    if cfg.mlflow_backend == "postgresql":
+        backend = f"postgresql://modelops@{cfg.bind_host}:{cfg.postgres_port}/postgres"
+        depends: tuple[str, ...] = ("objectstore", "postgres")
+    else:
+        backend = f"sqlite:///{mlflow_dir / 'mlflow.db'}"
+        depends = ("objectstore",)
+    env = base_env(cfg)
+    env.update({
+        "MLFLOW_S3_ENDPOINT_URL": cfg.s3_endpoint,
+        "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
+        "GUNICORN_CMD_ARGS": "--timeout 120",
+    })
+    return Service(
+        name="mlflow",
+        argv=(str(VENV_BIN / "mlflow"), "server", "--host", cfg.bind_host, "--port", str(cfg.mlflow_port),
+              "--backend-store-uri", backend, "--artifacts-destination", f"s3://{cfg.mlflow_bucket}/",
+              "--workers", "2"),
+        ports=(cfg.mlflow_port,),
+        health_url=f"http://{cfg.bind_host}:{cfg.mlflow_port}/health",
+        env=env,
+        prepare=lambda: mlflow_dir.mkdir(parents=True, exist_ok=True),
+        depends_on=depends,
+        url=cfg.mlflow_uri,
+    )
+
+
+# ---------------------------------------------------------------- Triton
+def triton_distribution() -> Path:
+    """The Triton server directory shipped inside the nvidia-pytriton wheel."""
+    import pytriton
+
+    root = Path(pytriton.__file__).parent / "tritonserver"
+    if not (root / "bin" / "tritonserver").exists():
+        raise StackError(f"triton: no tritonserver binary under {root} (is nvidia-pytriton installed?)")
+    return root
+
+
+def triton_repository(cfg: Settings) -> Path:
+    """The local model repository the embedded Triton reads (the publisher mirrors into it)."""
+    return cfg.home / "triton" / "repository"
+
+
+def triton(cfg: Settings) -> Service:
+    dist = cfg.home / "triton" / "dist"
+    version = f"{sys.version_info.major}.{sys.version_info.minor}"
+
+    def prepare() -> None:
+        source = triton_distribution()
+        marker = dist / ".source"
+        if not (marker.exists() and marker.read_text() == f"{source}:{version}"):
+            shutil.rmtree(dist, ignore_errors=True)
+            for part in ("bin", "backends", "caches"):
+                shutil.copytree(source / part, dist / part)
+            stub = source / "python_backend_stubs" / version / "triton_python_backend_stub"
+            if not stub.exists():
+                raise StackError(f"triton: no python backend stub for Python {version} in {stub.parent.parent}")
+            shutil.copy2(stub, dist / "backends" / "python" / "triton_python_backend_stub")
+            marker.write_text(f"{source}:{version}")
+        triton_repository(cfg).mkdir(parents=True, exist_ok=True)
+
+    import importlib.util
+
+    spec = importlib.util.find_spec("pytriton")
+    site = Path(spec.origin).parent.parent if spec and spec.origin else Path()
+    libs = site / "nvidia_pytriton.libs"
+    env = base_env(cfg)
+    env["LD_LIBRARY_PATH"] = os.pathsep.join(
+        p for p in (str(libs), sysconfig.get_config_var("LIBDIR") or "", env.get("LD_LIBRARY_PATH", "")) if p
+    )
+    env["PYTHONPATH"] = _with_plugins(env.get("PYTHONPATH", ""))
+    argv = (
+        str(dist / "bin" / "tritonserver"),
+        f"--model-repository={PROJECT_ROOT / 'model_repository'}",
+        f"--model-repository={triton_repository(cfg)}",
+        "--model-control-mode=explicit",
+        f"--backend-directory={dist / 'backends'}",
+        f"--cache-directory={dist / 'caches'}",
+        f"--http-address={cfg.bind_host}", f"--http-port={cfg.triton_http_port}",
+        f"--grpc-address={cfg.bind_host}", f"--grpc-port={cfg.triton_grpc_port}",
+        f"--metrics-address={cfg.bind_host}", f"--metrics-port={cfg.triton_metrics_port}",
+        "--allow-metrics=true", "--allow-gpu-metrics=false", "--allow-cpu-metrics=true",
+        "--strict-readiness=false", "--exit-on-error=false", "--log-verbose=0",
+    )
+    return Service(
+        name="triton",
+        argv=argv,
+        ports=(cfg.triton_http_port, cfg.triton_grpc_port, cfg.triton_metrics_port),
+        health_url=f"http://{cfg.bind_host}:{cfg.triton_http_port}/v2/health/ready",
+        env=env,
+        prepare=prepare,
+        url=cfg.triton_http_url,
+    )
+
+
+# ---------------------------------------------------------------- Airflow 3
+def airflow_env(cfg: Settings) -> dict[str, str]:
+    home = cfg.home / "airflow"
+    api = f"http://{cfg.bind_host}:{cfg.airflow_port}"
+    env = base_env(cfg)
+    env.update({
+        "AIRFLOW_HOME": str(home),
+        "AIRFLOW__CORE__DAGS_FOLDER": str(PROJECT_ROOT / "dags"),
+        "AIRFLOW__CORE__PLUGINS_FOLDER": str(PROJECT_ROOT / "plugins"),
+        "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
+        "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
+        "AIRFLOW__CORE__PARALLELISM": str(cfg.airflow_parallelism),
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
+        "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api}/execution/",
+        "AIRFLOW__API__HOST": cfg.bind_host,
+        "AIRFLOW__API__PORT": str(cfg.airflow_port),
+        "AIRFLOW__API__BASE_URL": api,
+        "AIRFLOW__API_AUTH__JWT_SECRET": _secret_file(cfg.home, "airflow-jwt-secret"),
+        "AIRFLOW__CORE__FERNET_KEY": _fernet_key(cfg.home),
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{cfg.airflow_user}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "simple_auth_manager_passwords.json"),
+        "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(cfg.airflow_worker_log_port),
+        "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(cfg.airflow_trigger_log_port),
+        "AIRFLOW__DAG_PROCESSOR__REFRESH_INTERVAL": "15",
+        "AIRFLOW__DAG_PROCESSOR__MIN_FILE_PROCESS_INTERVAL": "10",
+        "AIRFLOW__SCHEDULER__SCHEDULER_HEARTBEAT_SEC": "2",
+        "AIRFLOW__SCHEDULER__TASK_QUEUED_TIMEOUT": "600",
+        "AIRFLOW__CORE__DAGBAG_IMPORT_TIMEOUT": "60",
+        "AIRFLOW__LOGGING__LOGGING_LEVEL": "INFO",
+        "PYTHONPATH": _with_plugins(os.environ.get("PYTHONPATH", "")),
+        "PYSPARK_PYTHON": sys.executable,
+        "SPARK_LOCAL_IP": "127.0.0.1",
+    })
+    return env
+
+
+def _with_plugins(pythonpath: str) -> str:
+    """PYTHONPATH with the repo's plugins/ first, so services import this checkout's package."""
+    return os.pathsep.join(p for p in (str(PROJECT_ROOT / "plugins"), pythonpath) if p)
+
+
+def _fernet_key(home: Path) -> str:
+    path = home / "secrets" / "airflow-fernet-key"
+    if not path.exists():
+        import base64
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(base64.urlsafe_b64encode(os.urandom(32)).decode())
+        path.chmod(0o600)
+    return path.read_text().strip()
+
+
+def airflow_migrate(cfg: Settings) -> None:
+    """Create or upgrade Airflow's metadata DB and write the admin's password file (idempotent)."""
+    home = cfg.home / "airflow"
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "simple_auth_manager_passwords.json").write_text(
+        json.dumps({cfg.airflow_user: airflow_password(cfg)})
+    )
+    import airflow
+
+    marker = home / ".migrated"
+    if marker.exists() and marker.read_text() == airflow.__version__ and (home / "airflow.db").exists():
+        return
+    log = cfg.home / "logs" / "airflow-db-migrate.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        result = subprocess.run(
+            [str(VENV_BIN / "airflow"), "db", "migrate"], env=airflow_env(cfg), stdout=out,
+            stderr=subprocess.STDOUT, check=False,
+        )
+    if result.returncode != 0:
+        from modelops.stack.process import tail
+
+        raise StackError(f"airflow: `airflow db migrate` failed (log {log}):\n{tail(log, 15)}")
+    marker.write_text(airflow.__version__)
+
+
+def airflow_services(cfg: Settings) -> list[Service]:
+    env = airflow_env(cfg)
+    airflow_bin = str(VENV_BIN / "airflow")
+    health = f"http://{cfg.bind_host}:{cfg.airflow_port}/api/v2/monitor/health"
+    api = Service(
+        name="airflow-api-server",
+        argv=(airflow_bin, "api-server", "--host", cfg.bind_host, "--port", str(cfg.airflow_port),
+              "--workers", "1"),
+        ports=(cfg.airflow_port,),
+        health_url=health,
+        env=env,
+        prepare=lambda: airflow_migrate(cfg),
+        url=cfg.airflow_api_url,
+    )
+    # Log servers are skipped: on one machine the API server reads task logs from AIRFLOW_HOME,
+    # and Airflow's log server would bind every interface.
+    others = [
+        Service(name="airflow-scheduler", argv=(airflow_bin, "scheduler", "--skip-serve-logs"), ports=(),
+                health_url=health, env=env, depends_on=("airflow-api-server",),
+                airflow_component="scheduler"),
+        Service(name="airflow-dag-processor", argv=(airflow_bin, "dag-processor"), ports=(),
+                health_url=health, env=env, depends_on=("airflow-api-server",),
+                airflow_component="dag_processor"),
+        Service(name="airflow-triggerer", argv=(airflow_bin, "triggerer", "--skip-serve-logs"), ports=(),
+                health_url=health, env=env, depends_on=("airflow-api-server",),
+                airflow_component="triggerer"),
+    ]
+    return [api, *others]
+
+
+def all_services(cfg: Settings) -> list[Service]:
+    """The services in start order."""
+    services = [object_store(cfg)]
+    if cfg.mlflow_backend == "postgresql":
+        services.append(postgres(cfg))
+    services += [mlflow(cfg), triton(cfg), *airflow_services(cfg)]
+    return services

@@ -1,0 +1,113 @@
+"""Shared fixtures. Integration tests run against ONE embedded stack per test session.
+
+The test stack uses its own state directory and ports (47xxx) so it never collides
+with a developer's `modelops stack up` on the default ports. The MODELOPS_* variables
+are set here, before any test imports settings, so code under test, the stack's
+services and subprocesses all see the same configuration.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+TEST_ENV = {
+    "MODELOPS_S3_PORT": "47310",
+    "MODELOPS_MLFLOW_PORT": "47510",
+    "MODELOPS_TRITON_HTTP_PORT": "47300",
+    "MODELOPS_TRITON_GRPC_PORT": "47301",
+    "MODELOPS_TRITON_METRICS_PORT": "47302",
+    "MODELOPS_AIRFLOW_PORT": "47380",
+    "MODELOPS_AIRFLOW_WORKER_LOG_PORT": "47393",
+    "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": "47394",
+    "MODELOPS_GATEWAY_PORT": "47400",
+    "MODELOPS_POSTGRES_PORT": "47532",
+    "MODELOPS_AIRFLOW_PASSWORD": "modelops-test",
+    "MODELOPS_FEEDBACK_SECRET": "modelops-test-feedback-secret",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for key, value in TEST_ENV.items():
+        os.environ[key] = value
+    home = os.environ.setdefault("MODELOPS_HOME", tempfile.mkdtemp(prefix="modelops-test-"))
+    # In-process Airflow (DagBag, dag.test()) gets its own home, never ~/airflow.
+    os.environ["AIRFLOW_HOME"] = str(Path(home) / "pytest-airflow")
+    os.environ["AIRFLOW__CORE__LOAD_EXAMPLES"] = "False"
+    os.environ["AIRFLOW__CORE__DAGS_FOLDER"] = str(Path(__file__).resolve().parents[1] / "dags")
+    for key in ("MODELOPS_S3_ENDPOINT_URL", "MODELOPS_MLFLOW_TRACKING_URI", "MODELOPS_TRITON_URL",
+                "MODELOPS_AIRFLOW_URL"):
+        os.environ.pop(key, None)
+    from modelops.config import settings
+
+    settings.cache_clear()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Remove the test state directory after a green run (kept for its logs after a red one)."""
+    home = Path(os.environ["MODELOPS_HOME"])
+    keep = os.environ.get("MODELOPS_KEEP_TEST_HOME")
+    if exitstatus == 0 and home.name.startswith("modelops-test-") and not keep:
+        from modelops.config import settings
+        from modelops.stack import launcher
+
+        if all(s.state == "stopped" for s in launcher.status(settings())):
+            shutil.rmtree(home, ignore_errors=True)
+    elif exitstatus != 0:
+        print(f"\ntest stack state and logs kept in {home}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Tests marked `stack_teardown` stop the shared stack: run them last."""
+    last = [item for item in items if item.get_closest_marker("stack_teardown")]
+    items[:] = [item for item in items if item not in last] + last
+
+
+@pytest.fixture(scope="session")
+def stack_settings() -> Iterator[object]:
+    """The settings of the running test stack (brought up once, torn down at the end)."""
+    from modelops.config import settings
+    from modelops.stack import launcher
+
+    cfg = settings()
+    launcher.up(cfg, progress=lambda line: print(line, flush=True))
+    yield cfg
+    launcher.down(cfg, progress=lambda line: None)
+
+
+@pytest.fixture(scope="session")
+def object_store(stack_settings: object) -> object:
+    from modelops.objectstore import ObjectStore
+
+    return ObjectStore.from_settings()
+
+
+@pytest.fixture(scope="session")
+def mlflow_uri(stack_settings: object) -> str:
+    from modelops.config import settings
+
+    return settings().mlflow_uri
+
+
+@pytest.fixture(scope="session")
+def triton_url(stack_settings: object) -> str:
+    from modelops.config import settings
+
+    return settings().triton_http_url
+
+
+@pytest.fixture(scope="session")
+def airflow(stack_settings: object) -> object:
+    from modelops.airflow_client import client_from_settings
+
+    return client_from_settings()
+
+
+@pytest.fixture(scope="session")
+def repo_root() -> Path:
+    return Path(__file__).resolve().parents[1]
