@@ -284,7 +284,8 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
 
 
 def _rule_for(setting: Setting) -> str:
-    names: dict[Callable[[str], Any], str] = {_port: "must be a TCP port between 1 and 65535", _positive_int: "must be an integer >= 1",
+    names: dict[Callable[[str], Any], str] = {
+             _port: "must be a TCP port between 1 and 65535", _positive_int: "must be an integer >= 1",
              _positive_float: "must be a number > 0", _fraction: "must be a number between 0 and 1"}
     return names.get(setting.parse, "has the wrong type")
 
