@@ -1,0 +1,50 @@
+"""Delivery through apprise (Slack, e-mail, Teams, JSON webhooks …), behind a small port."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol
+
+from modelops.errors import ModelopsError
+from modelops.notify.message import Message
+
+
+class NotifyError(ModelopsError):
+    """No configured target accepted a notification."""
+
+
+class Notifier(Protocol):
+    def send(self, message: Message) -> bool:
+        """Deliver ``message``; True when at least one target accepted it (False when none configured)."""
+        ...
+
+
+_TYPES = {"info": "info", "success": "success", "warning": "warning", "failure": "failure"}
+
+
+class AppriseNotifier:
+    """Sends to every apprise URL given; raises :class:`NotifyError` when all of them fail."""
+
+    def __init__(self, urls: Sequence[str]) -> None:
+        self.urls = list(urls)
+
+    def send(self, message: Message) -> bool:
+        if not self.urls:
+            return False
+        import apprise
+
+        app = apprise.Apprise()
+        for url in self.urls:
+            if not app.add(url):
+                raise NotifyError(f"apprise URL not understood: {url!r} (example: json://127.0.0.1:8999/hook)")
+        delivered = app.notify(title=message.title, body=message.text(), notify_type=_TYPES[message.severity])
+        if not delivered:
+            raise NotifyError(f"notification {message.title!r} was not accepted by any of {len(self.urls)} target(s)")
+        return True
+
+
+def default_notifier() -> AppriseNotifier:
+    """The notifier configured by ``MODELOPS_NOTIFY_URLS``."""
+    from modelops.config import settings
+
+    return AppriseNotifier(settings().notify_url_list)
