@@ -94,6 +94,12 @@ def up(cfg: Settings, progress: Progress = print) -> list[ServiceState]:
     """Bring every service to healthy; returns their states (with seconds to healthy)."""
     services = all_services(cfg)
     started_at = time.monotonic()
+    print_lock = threading.Lock()
+
+    def say(line: str) -> None:
+        with print_lock:
+            progress(line)
+
     running = {s.name: process.live_pid(s.pid_file(cfg.home)) for s in services}
     to_start = [s for s in services if running[s.name] is None]
 
@@ -123,7 +129,7 @@ def up(cfg: Settings, progress: Progress = print) -> list[ServiceState]:
                     service.prepare()
                 pid = process.start(service.argv, env=service.env, log_file=service.log_file(cfg.home),
                                     pid_file=service.pid_file(cfg.home), cwd=service.cwd)
-                progress(f"  started {service.name:24} pid {pid}")
+                say(f"  started {service.name:24} pid {pid}")
             _wait_healthy(cfg, service)
             if service.after_healthy:
                 service.after_healthy()
@@ -139,7 +145,7 @@ def up(cfg: Settings, progress: Progress = print) -> list[ServiceState]:
             return
         timings[service.name] = time.monotonic() - (t0 if running[service.name] is None else started_at)
         if running[service.name] is None:
-            progress(f"  healthy {service.name:24} after {timings[service.name]:5.1f} s")
+            say(f"  healthy {service.name:24} after {timings[service.name]:5.1f} s")
         healthy_events[service.name].set()
 
     with ThreadPoolExecutor(max_workers=len(services)) as pool:

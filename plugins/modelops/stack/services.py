@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import sysconfig
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -304,8 +305,20 @@ def _fernet_key(home: Path) -> str:
     return path.read_text().strip()
 
 
+_MIGRATE_LOCK = threading.Lock()
+
+
 def airflow_migrate(cfg: Settings) -> None:
-    """Create or upgrade Airflow's metadata DB and write the admin's password file (idempotent)."""
+    """Create or upgrade Airflow's metadata DB and write the admin's password file (idempotent).
+
+    Every Airflow component runs this before it starts; the lock makes the first one migrate
+    and the others wait, so all four components then start at the same time.
+    """
+    with _MIGRATE_LOCK:
+        _airflow_migrate(cfg)
+
+
+def _airflow_migrate(cfg: Settings) -> None:
     home = cfg.home / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     (home / "simple_auth_manager_passwords.json").write_text(
@@ -334,6 +347,10 @@ def airflow_services(cfg: Settings) -> list[Service]:
     env = airflow_env(cfg)
     airflow_bin = str(VENV_BIN / "airflow")
     health = f"http://{cfg.bind_host}:{cfg.airflow_port}/api/v2/monitor/health"
+
+    def migrate() -> None:
+        airflow_migrate(cfg)
+
     api = Service(
         name="airflow-api-server",
         argv=(airflow_bin, "api-server", "--host", cfg.bind_host, "--port", str(cfg.airflow_port),
@@ -341,21 +358,18 @@ def airflow_services(cfg: Settings) -> list[Service]:
         ports=(cfg.airflow_port,),
         health_url=health,
         env=env,
-        prepare=lambda: airflow_migrate(cfg),
+        prepare=migrate,
         url=cfg.airflow_api_url,
     )
     # Log servers are skipped: on one machine the API server reads task logs from AIRFLOW_HOME,
     # and Airflow's log server would bind every interface.
     others = [
         Service(name="airflow-scheduler", argv=(airflow_bin, "scheduler", "--skip-serve-logs"), ports=(),
-                health_url=health, env=env, depends_on=("airflow-api-server",),
-                airflow_component="scheduler"),
+                health_url=health, env=env, prepare=migrate, airflow_component="scheduler"),
         Service(name="airflow-dag-processor", argv=(airflow_bin, "dag-processor"), ports=(),
-                health_url=health, env=env, depends_on=("airflow-api-server",),
-                airflow_component="dag_processor"),
+                health_url=health, env=env, prepare=migrate, airflow_component="dag_processor"),
         Service(name="airflow-triggerer", argv=(airflow_bin, "triggerer", "--skip-serve-logs"), ports=(),
-                health_url=health, env=env, depends_on=("airflow-api-server",),
-                airflow_component="triggerer"),
+                health_url=health, env=env, prepare=migrate, airflow_component="triggerer"),
     ]
     return [api, *others]
 
