@@ -110,8 +110,10 @@ class TritonClient:
     def unload(self, model: str) -> None:
         self._call("POST", f"/v2/repository/models/{model}/unload", body={}, timeout=self.load_timeout_s)
 
-    def model_config(self, model: str) -> dict[str, Any]:
-        doc = self._json(self._call("GET", f"/v2/models/{model}/config"))
+    def model_config(self, model: str, version: int | None = None) -> dict[str, Any]:
+        """The config Triton uses for ``model`` (of one loaded ``version`` when given)."""
+        path = f"/v2/models/{model}/config" if version is None else f"/v2/models/{model}/versions/{version}/config"
+        doc = self._json(self._call("GET", path))
         if not isinstance(doc, dict):
             raise ServingError(f"Triton config of {model}: expected an object")
         return doc
