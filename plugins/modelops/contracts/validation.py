@@ -78,9 +78,7 @@ class ValidationReport:
 
     def summary(self) -> str:
         """``suite 'x' (pandas): FAILED 3 of 520 expectations`` plus one line per failure."""
-        verdict = (
-            "passed" if self.success else f"FAILED {len(self.failed)} of {len(self.outcomes)} expectations"
-        )
+        verdict = "passed" if self.success else f"FAILED {len(self.failed)} of {len(self.outcomes)} expectations"
         lines = [f"suite {self.suite!r} ({self.engine}, {self.row_count} rows): {verdict}"]
         lines += ["  " + o.describe() for o in self.failed]
         return "\n".join(lines)
@@ -129,9 +127,7 @@ def outcomes_from_result(result: Mapping[str, Any]) -> tuple[ExpectationOutcome,
         exception = _exception_message(item.get("exception_info") or {})
         pct = res.get("unexpected_percent")
         observed = res.get("observed_value")
-        examples = tuple(
-            _short(v) for v in (res.get("partial_unexpected_list") or [])[:EXAMPLES_PER_EXPECTATION]
-        )
+        examples = tuple(_short(v) for v in (res.get("partial_unexpected_list") or [])[:EXAMPLES_PER_EXPECTATION])
         if not examples and isinstance(res.get("details"), Mapping):
             mismatched = res["details"].get("mismatched")
             if mismatched:
@@ -141,12 +137,8 @@ def outcomes_from_result(result: Mapping[str, Any]) -> tuple[ExpectationOutcome,
                 expectation=str(config.get("type")),
                 column=kwargs.get("column"),
                 success=bool(item.get("success")),
-                unexpected_count=None
-                if res.get("unexpected_count") is None
-                else int(res["unexpected_count"]),
-                unexpected_percent=None
-                if pct is None or (isinstance(pct, float) and math.isnan(pct))
-                else float(pct),
+                unexpected_count=None if res.get("unexpected_count") is None else int(res["unexpected_count"]),
+                unexpected_percent=None if pct is None or (isinstance(pct, float) and math.isnan(pct)) else float(pct),
                 examples=examples,
                 kwargs=_jsonable(kwargs),
                 observed_value=None if observed is None else _short(observed),
@@ -161,9 +153,7 @@ def _exception_message(info: Mapping[str, Any]) -> str | None:
     if "raised_exception" in info:
         return str(info.get("exception_message")) if info.get("raised_exception") else None
     for nested in info.values():
-        if isinstance(nested, Mapping) and (
-            nested.get("exception_message") or nested.get("raised_exception")
-        ):
+        if isinstance(nested, Mapping) and (nested.get("exception_message") or nested.get("raised_exception")):
             return str(nested.get("exception_message"))
     return None
 
@@ -197,9 +187,7 @@ def validate(
         else:
             source = context.data_sources.add_spark("modelops_spark")
         asset = source.add_dataframe_asset("batch")
-        batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(
-            batch_parameters={"dataframe": data}
-        )
+        batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": data})
         result = batch.validate(
             suite,
             result_format={
@@ -254,7 +242,9 @@ def read_spark(spark: SparkSession, path: Path | str) -> SparkDataFrame:
     path = Path(path)
     try:
         if path.suffix.lower() == ".csv":
-            frame = spark.read.option("header", "true").option("inferSchema", "true").csv(str(path))
+            frame = (
+                spark.read.option("header", "true").option("inferSchema", "true").option("escape", '"').csv(str(path))
+            )
             first = frame.limit(100).collect()
             for name, dtype in frame.dtypes:
                 cells = [row[name] for row in first if row[name] is not None]
@@ -313,16 +303,10 @@ def table_rows(report: ValidationReport, *, only_failed: bool = False) -> list[S
 TABLE_HEADER: tuple[str, ...] = ("expectation", "column", "success", "unexpected", "unexpected %", "examples")
 
 
-def format_table(
-    rows: Sequence[Sequence[str]], header: Sequence[str] = TABLE_HEADER, *, max_width: int = 60
-) -> str:
+def format_table(rows: Sequence[Sequence[str]], header: Sequence[str] = TABLE_HEADER, *, max_width: int = 60) -> str:
     """A plain fixed-width text table."""
-    clipped = [
-        [c if len(c) <= max_width else c[: max_width - 1] + "…" for c in row] for row in [header, *rows]
-    ]
+    clipped = [[c if len(c) <= max_width else c[: max_width - 1] + "…" for c in row] for row in [header, *rows]]
     widths = [max(len(row[i]) for row in clipped) for i in range(len(header))]
-    lines = [
-        "  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in clipped
-    ]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in clipped]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
