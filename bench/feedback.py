@@ -121,7 +121,7 @@ def generate(root: Path, n_pred: int, n_events: int, seed: int, malformed: float
     n_dup, n_bad = int(n_events * 0.05), int(n_events * malformed)
     n_valid = n_events - n_unknown - n_outside - n_dup - n_bad
     extra_share = 0.55 * 0.25  # a quarter of the clicks also bring a purchase
-    n_base = int(round(n_valid / (1 + extra_share)))
+    n_base = round(n_valid / (1 + extra_share))
     base = rng.choice(n_pred, size=n_base, replace=False)
     first = rng.choice(np.array(["click", "skip", "purchase"]), size=n_base, p=[0.55, 0.35, 0.10])
     clicked = base[first == "click"]

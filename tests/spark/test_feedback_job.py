@@ -111,7 +111,9 @@ def write_log(rows: list[dict[str, object]], schema: pa.Schema, root: Path, by: 
     return str(root)
 
 
-def write_inputs(tmp: Path, preds: list[Prediction], events: list[FeedbackEvent], *, partitioned: bool) -> tuple[str, str]:
+def write_inputs(
+    tmp: Path, preds: list[Prediction], events: list[FeedbackEvent], *, partitioned: bool
+) -> tuple[str, str]:
     pred_rows: list[dict[str, object]] = [
         {name: None for name in PREDICTIONS.names}
         | {"feedback_token": p.feedback_token, "ts": p.ts, "model": p.model, "model_version": p.model_version,

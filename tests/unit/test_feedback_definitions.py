@@ -33,7 +33,9 @@ def pred(token: str | None, at: timedelta, model: str = "ranker", version: int =
     return Prediction(token, T0 + at, model, version)
 
 
-def event(token: str | None, action: str | None, at: timedelta | None, received: timedelta | None = None) -> FeedbackEvent:
+def event(
+    token: str | None, action: str | None, at: timedelta | None, received: timedelta | None = None
+) -> FeedbackEvent:
     ts = None if at is None else T0 + at
     return FeedbackEvent(token, action, ts, None if received is None else T0 + received)
 
