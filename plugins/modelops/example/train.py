@@ -217,6 +217,7 @@ def classifier_onnx(classifier: Any, n_features: int) -> bytes:
     del model.opset_import[:]
     model.opset_import.extend([helper.make_opsetid(d, v) for d, v in sorted(versions.items())])
     model.producer_name = "modelops.example"
+    model.graph.name = "model"  # skl2onnx/extractor names carry random ids: keep the bytes reproducible
     onnx.checker.check_model(model)
     return bytes(model.SerializeToString())
 
