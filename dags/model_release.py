@@ -1,0 +1,75 @@
+"""model_release: take an MLflow version to a loaded, verified Triton version (then the canary).
+
+Trigger it from the Airflow UI with the form (model, version number or alias, or a run URI
+that is registered first), or let ``release_on_staging`` start it when a version is moved to
+Staging in the MLflow UI. Steps: resolve candidate → contract gate (GX feature suite on the
+version's evaluation sample; results stored on the MLflow run; failure notifies and stops) →
+publish (sha256 → integer Triton version, verified upload, load) → verify served scores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pendulum
+from airflow.sdk import Param, dag, get_current_context, task
+
+PARAMS = {
+    "model": Param("recommender", type="string", minLength=1, maxLength=64, description="Registered model name."),
+    "version": Param("challenger", type="string",
+                     description="Version number (e.g. 3) or alias (challenger, champion). Ignored with run_uri."),
+    "run_uri": Param("", type="string", description="runs:/<run_id>/<path>: registered first, then released."),
+    "started_by": Param("airflow-ui", type="string", description="Who started the release (recorded as a tag)."),
+    "claim_id": Param("", type="string", description="Set by release_on_staging; leave empty."),
+    # Canary options (read by the canary stage of the release).
+    "canary_steps": Param("1,5,25,50,100", type="string", description="Canary weights in percent, in order."),
+    "analysis_interval_s": Param(30, type="integer", minimum=1, description="Seconds between canary analyses."),
+    "min_requests": Param(200, type="integer", minimum=1, description="Requests per version for a conclusive gate."),
+    "require_approval": Param(False, type="boolean", description="A person approves before 100%."),
+}
+
+
+@dag(
+    dag_id="model_release",
+    schedule=None,
+    start_date=pendulum.datetime(2026, 1, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=4,
+    params=PARAMS,
+    tags=["modelops", "release"],
+    doc_md=__doc__,
+)
+def model_release() -> None:
+    @task(retries=2)
+    def resolve_candidate() -> dict[str, str]:
+        from modelops.release.steps import resolve_candidate as resolve
+
+        context = get_current_context()
+        params: dict[str, Any] = context["params"]
+        return resolve(params, release_run_id=f"airflow:{context['dag_run'].run_id}").as_dict()
+
+    @task(retries=1)
+    def contract_gate(candidate: dict[str, str]) -> dict[str, Any]:
+        from modelops.release.steps import contract_gate as gate
+
+        return gate(candidate)
+
+    @task(retries=2)
+    def publish(candidate: dict[str, str], gate: dict[str, Any]) -> dict[str, Any]:
+        from modelops.release.steps import publish as publish_version
+
+        return publish_version(candidate)
+
+    @task(retries=2)
+    def verify_served(candidate: dict[str, str], published: dict[str, Any]) -> dict[str, Any]:
+        from modelops.release.steps import verify
+
+        return verify(candidate, published)
+
+    candidate = resolve_candidate()
+    gate = contract_gate(candidate)
+    published = publish(candidate, gate)
+    verify_served(candidate, published)
+
+
+model_release()

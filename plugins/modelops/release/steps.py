@@ -1,0 +1,189 @@
+"""The release steps that the ``model_release`` DAG wires together (first half).
+
+resolve candidate → contract gate → publish to Triton → verify served. Each step is
+idempotent and returns a small JSON-able dict (it travels through XCom). A failed gate
+raises :class:`~modelops.errors.GateFailed` (not retried); infrastructure errors raise
+the package's other exceptions (retried by Airflow).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from modelops.errors import GateFailed, RegistryError
+
+EVAL_SAMPLE_ARTIFACT = "eval/features.parquet"
+CONTRACT_ARTIFACT_DIR = "contracts"
+_VERSION = re.compile(r"^[0-9]+$")
+
+
+@dataclass(frozen=True)
+class Candidate:
+    model: str
+    version: str
+    run_id: str
+    stage: str
+    started_by: str
+
+    def as_dict(self) -> dict[str, str]:
+        return asdict(self)
+
+
+def resolve_candidate(params: Mapping[str, Any], *, release_run_id: str) -> Candidate:
+    """The MLflow version to release, from the trigger form's params.
+
+    ``run_uri`` (``runs:/<run_id>/<path>``) is registered first under ``model``; else
+    ``version`` is a number or an alias (``challenger``, ``champion`` …). The version is
+    claimed for this release run, so the Staging watcher never starts a second release.
+
+    Raises:
+        GateFailed: the form names no usable version, or another release run holds it.
+    """
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    model = str(params.get("model") or "").strip()
+    if not model:
+        raise GateFailed("model: required (example: recommender)")
+    registry = MlflowRegistry.from_settings()
+    run_uri = str(params.get("run_uri") or "").strip()
+    ref = str(params.get("version") or "").strip()
+    if run_uri:
+        info = registry.register(run_uri, model, tags={"modelops.registered_by": release_run_id})
+    elif _VERSION.match(ref):
+        info = registry.get(model, ref)
+    elif ref:
+        found = registry.by_alias(model, ref)
+        if found is None:
+            raise GateFailed(f"version: alias {ref!r} is not set on model {model!r} (example: 3 or challenger)")
+        info = found
+    else:
+        raise GateFailed("version: give a version number, an alias or a run_uri (example: 3)")
+    started_by = str(params.get("started_by") or "airflow-ui")
+    claim_id = str(params.get("claim_id") or release_run_id)
+    if not registry.claim_release(model, info.version, released_by=started_by, release_run_id=claim_id):
+        raise GateFailed(f"{model}/{info.version} is already being released by another run; not releasing twice")
+    return Candidate(model, info.version, info.run_id or "", info.stage, started_by)
+
+
+def contract_gate(candidate: Mapping[str, str], *, notify: bool = True) -> dict[str, Any]:
+    """Validate the version's evaluation sample against the feature suite (GX, pandas).
+
+    The validation result JSON and its HTML page are stored as artifacts of the version's
+    run (``contracts/``); the result is tagged on the version. Pass: the version moves to
+    Staging (alias ``challenger``). Fail: a notification names each failed expectation, and
+    :class:`GateFailed` stops the release before Triton is touched.
+    """
+    from modelops.contracts.report import render_html
+    from modelops.contracts.suites import load_suite
+    from modelops.contracts.validation import read_pandas, validate
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    model, version, run_id = candidate["model"], candidate["version"], candidate["run_id"]
+    registry = MlflowRegistry.from_settings()
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            sample = registry.download(run_id, EVAL_SAMPLE_ARTIFACT, Path(tmp))
+        except RegistryError as exc:
+            raise GateFailed(f"{model}/{version}: no evaluation sample {EVAL_SAMPLE_ARTIFACT} in run {run_id}: "
+                             f"log one with the model (see modelops example train)") from exc
+        frame = read_pandas(sample)
+        report = validate(frame.drop(columns=[c for c in ("score", "label") if c in frame.columns]),
+                          load_suite("features"))
+        out = Path(tmp) / CONTRACT_ARTIFACT_DIR
+        out.mkdir()
+        (out / "features_validation.json").write_text(json.dumps(report.to_json_dict(), indent=2, default=str))
+        (out / "features_validation.html").write_text(
+            render_html(report, title=f"Feature contract: {model} v{version}"))
+        _log_artifacts(run_id, out)
+    failed = [o.describe() for o in report.failed]
+    summary = "passed" if report.success else f"failed ({len(failed)} expectation(s))"
+    if not report.success:
+        registry.set_tags(model, version, {"modelops.contract_result": summary[:250],
+                                           "modelops.contract_passed": "false"})
+        message = f"{model}/{version}: the feature contract failed; release stopped before Triton.\n" + \
+            "\n".join(f"  - {line}" for line in failed)
+        if notify:
+            _notify_contract_failure(model, version, failed, run_id)
+        raise GateFailed(message)
+    registry.to_staging(model, version, contract_passed=True, contract_result=summary)
+    return {"success": True, "summary": summary, "rows": report.row_count,
+            "artifacts": f"runs:/{run_id}/{CONTRACT_ARTIFACT_DIR}"}
+
+
+def _log_artifacts(run_id: str, folder: Path) -> None:
+    from mlflow import MlflowClient
+    from mlflow.exceptions import MlflowException
+
+    from modelops.config import settings
+
+    try:
+        MlflowClient(settings().mlflow_uri).log_artifacts(run_id, str(folder), CONTRACT_ARTIFACT_DIR)
+    except MlflowException as exc:
+        raise RegistryError(f"storing contract results on run {run_id} failed: {exc}") from exc
+
+
+def _notify_contract_failure(model: str, version: str, failed: list[str], run_id: str) -> None:
+    from modelops.notify import Message, default_notifier
+
+    default_notifier().send(Message(
+        title=f"Release stopped: {model} v{version} failed its feature contract",
+        body="\n".join(failed[:20]) + (f"\n… and {len(failed) - 20} more" if len(failed) > 20 else ""),
+        severity="failure",
+        key=f"contract-failed/{model}/{version}",
+        facts={"model": model, "version": version, "results": f"runs:/{run_id}/{CONTRACT_ARTIFACT_DIR}"},
+    ))
+
+
+def publish(candidate: Mapping[str, str]) -> dict[str, Any]:
+    """Build, upload (verified) and load the Triton version; returns the publish result."""
+    from modelops.serving.publisher import publish_version
+
+    result = publish_version(candidate["model"], candidate["version"])
+    return asdict(result)
+
+
+def verify(candidate: Mapping[str, str], published: Mapping[str, Any]) -> dict[str, Any]:
+    """Triton serves the version, its config matches, and it scores like the ONNX files in-process."""
+    from modelops.serving.publisher import fetch_version, verify_published
+
+    artifacts, _ = fetch_version(candidate["model"], candidate["version"])
+    check = verify_published(str(published["model"]), int(published["triton_version"]), artifacts)
+    return asdict(check)
+
+
+def _model_names(client: Any) -> list[str]:
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return sorted(m.name for m in client.search_registered_models(max_results=1000))
+    except MlflowException as exc:
+        raise RegistryError(f"listing registered models failed: {exc}") from exc
+
+
+def staging_versions_to_release(models: list[str] | None = None) -> list[dict[str, str]]:
+    """Staging versions that no release run has claimed yet, each claimed now for one release.
+
+    The claim id is deterministic per version, so two watcher runs racing on the same version
+    produce the same claim and ``model_release``'s resolve step accepts exactly one run.
+    """
+    from modelops.registry.lifecycle import TAG
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    registry = MlflowRegistry.from_settings()
+    names = models or _model_names(registry.client)
+    confs = []
+    for name in names:
+        for info in registry.versions(name, stage="Staging"):
+            if info.tags.get(TAG["release_run_id"]):
+                continue
+            claim_id = f"staging-watch:{name}:{info.version}"
+            if registry.claim_release(name, info.version, released_by="staging-watcher", release_run_id=claim_id):
+                confs.append({"model": name, "version": info.version, "started_by": "staging-watcher",
+                              "claim_id": claim_id})
+    return confs

@@ -1,0 +1,50 @@
+"""Each DAG's task graph and its trigger form, compared with what the design says."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+EXPECTED = {
+    "train_and_register": {"train_or_take_run": ["register"], "register": []},
+    "model_release": {
+        "resolve_candidate": ["contract_gate", "publish", "verify_served"],
+        "contract_gate": ["publish"],
+        "publish": ["verify_served"],
+        "verify_served": [],
+    },
+    "release_on_staging": {"new_staging_versions": ["start_release"], "start_release": []},
+}
+
+
+@pytest.fixture(scope="module")
+def dags():  # type: ignore[no-untyped-def]
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag.dags
+
+
+@pytest.mark.parametrize("dag_id", sorted(EXPECTED))
+def test_task_graph(dags, dag_id: str) -> None:  # type: ignore[no-untyped-def]
+    dag = dags[dag_id]
+    graph = {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
+    assert graph == {k: sorted(v) for k, v in EXPECTED[dag_id].items()}
+
+
+def test_release_form_has_model_version_run_uri_and_canary_options(dags) -> None:  # type: ignore[no-untyped-def]
+    params = dags["model_release"].params
+    for name in ("model", "version", "run_uri", "canary_steps", "analysis_interval_s", "min_requests",
+                 "require_approval"):
+        assert name in params
+    assert params["version"] == "challenger"
+
+
+def test_staging_watcher_runs_often_and_alone(dags) -> None:  # type: ignore[no-untyped-def]
+    dag = dags["release_on_staging"]
+    assert dag.max_active_runs == 1
+    assert dag.catchup is False
