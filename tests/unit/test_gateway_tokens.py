@@ -65,5 +65,5 @@ def test_generated_secret_is_kept_and_shared(tmp_path: Path) -> None:
     first = resolve_secret("", tmp_path)
     assert len(first) == 64
     assert resolve_secret("", tmp_path) == first
-    assert (tmp_path / "secrets" / "feedback_secret").stat().st_mode & 0o077 == 0
+    assert (tmp_path / "secrets" / "feedback-secret").stat().st_mode & 0o077 == 0
     assert resolve_secret("configured", tmp_path) == b"configured"

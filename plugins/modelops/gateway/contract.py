@@ -167,7 +167,7 @@ def _enum_check(schema: Mapping[str, Any], example: str) -> Check:
     rule = f"const {json.dumps(allowed[0])}" if "const" in schema else f"enum {json.dumps(allowed)}"
 
     def same(a: Any, b: Any) -> bool:
-        return _json_type(a) == _json_type(b) and a == b or (
+        return (_json_type(a) == _json_type(b) and a == b) or (
             _is_type(a, "number") and _is_type(b, "number") and a == b)
 
     def check(value: Any, path: str) -> Violation | None:

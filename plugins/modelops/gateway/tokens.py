@@ -22,7 +22,7 @@ from modelops.errors import ModelopsError
 
 TOKEN_TTL_S = 24 * 3600
 _CLOCK_SKEW_S = 300  # a token "issued" a little in the future (another gateway's clock) is still fine
-SECRET_FILE_NAME = "feedback_secret"
+SECRET_FILE_NAME = "feedback-secret"  # the same file the embedded stack creates
 
 
 class TokenError(ModelopsError):

@@ -1,0 +1,567 @@
+"""The serving gateway: a raw ASGI application (uvicorn), no framework on the hot path.
+
+Endpoints: ``POST /v1/models/{model}/predict``, ``POST /v1/feedback``, ``GET /v1/routes``,
+``GET /healthz``, ``GET /metrics``, ``GET /openapi.json``. The order of checks for a
+prediction: unknown model (404) -> content type (415) -> declared or streamed size
+(413, before the body is read whole) -> JSON and contract (400) -> ``Inference-Timeout``
+header (400) -> spool budget (503) -> features (503) -> Triton with the version the
+routes give this user (503 unreachable / 504 deadline / 502 refused). A rejected
+request never reaches Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hashlib
+import json
+import logging
+import math
+import os
+import re
+import time
+import uuid
+from collections.abc import Awaitable, Callable, MutableMapping
+from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import numpy as np
+
+from modelops.config import Settings, settings
+from modelops.errors import ContractError, ModelopsError, ObjectStoreError
+from modelops.features import feature_names, load_features
+from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
+from modelops.gateway.eventlog import EventLogs, SpoolConfig, feedback_record, prediction_record, scored_record
+from modelops.gateway.inference import TritonFailed, TritonHTTP, TritonUnavailable
+from modelops.gateway.metrics import CollapseWatch, Registry, ScoreWindow
+from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
+from modelops.gateway.openapi import FEEDBACK_SCHEMA, build_openapi
+from modelops.gateway.routes import (
+    ROUTES_PREFIX,
+    Routes,
+    choose_version,
+    load_routes,
+    model_from_key,
+    routes_to_dict,
+    user_hash,
+)
+from modelops.gateway.spool import SpoolFull
+from modelops.gateway.tokens import TokenClaims, TokenExpired, TokenInvalid, issue_token, resolve_secret, verify_token
+from modelops.objectstore import ObjectStore
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+
+log = logging.getLogger(__name__)
+access_log = logging.getLogger("modelops.gateway.access")
+
+OPTIONS_ENV = "_MODELOPS_GATEWAY_OPTIONS"
+"""Internal: how ``modelops gateway serve`` hands its options to uvicorn's worker processes."""
+
+_PREDICT = re.compile(r"^/v1/models/([A-Za-z0-9_.-]{1,128})/predict$")
+_REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
+_KNOWN_PATHS = frozenset({"/v1/feedback", "/metrics", "/healthz", "/v1/routes", "/openapi.json"})
+_JSON_ENCODE = msgspec.json.Encoder().encode
+_JSON_DECODE = msgspec.json.Decoder().decode
+
+
+@dataclass(frozen=True)
+class GatewayOptions:
+    """Gateway tuning; module defaults until they become settings (see the report to the lead)."""
+
+    max_body_bytes: int = 2 * 1024 * 1024
+    max_deadline_ms: float = 2000.0
+    routes_poll_s: float = 0.5
+    features_poll_s: float = 5.0
+    retry_after_s: int = 1
+    collapse_threshold: float = 0.005
+    collapse_hold_s: float = 300.0
+    collapse_min_scores: int = 50
+    score_window_s: int = 60
+    segment_max_bytes: int = 8 * 1024 * 1024
+    segment_max_age_s: float = 10.0
+    spool_budget_bytes: int = 1024 * 1024 * 1024
+    spool_dir: str = ""  # empty: <MODELOPS_HOME>/gateway/spool
+
+    def to_env(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_env(cls) -> GatewayOptions:
+        raw = os.environ.get(OPTIONS_ENV)
+        return cls(**json.loads(raw)) if raw else cls()
+
+
+class HTTPError(Exception):
+    """An answer other than 2xx, raised inside a handler."""
+
+    def __init__(self, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None) -> None:
+        super().__init__(body.get("message", ""))
+        self.status = status
+        self.body = body
+        self.headers = headers or []
+
+
+def _error(status: int, error: str, message: str, **extra: Any) -> HTTPError:
+    return HTTPError(status, {"error": error, "message": message, **extra})
+
+
+@dataclass
+class _Timing:
+    started: float = field(default_factory=time.perf_counter)
+    features_s: float = 0.0
+    inference_s: float = 0.0
+
+    def total_s(self) -> float:
+        return time.perf_counter() - self.started
+
+    def delay_origin(self) -> str:
+        total = self.total_s()
+        parts = {"gateway": total - self.features_s - self.inference_s, "feature_lookup": self.features_s,
+                 "triton": self.inference_s}
+        return max(parts, key=lambda k: parts[k])
+
+
+class Gateway:
+    """The ASGI application. Build with :func:`create_app`."""
+
+    def __init__(self, cfg: Settings, options: GatewayOptions) -> None:
+        self.cfg = cfg
+        self.options = options
+        self.contract: RequestContract = load_contract()
+        self.feedback_check = compile_schema(FEEDBACK_SCHEMA)
+        self.names = feature_names(load_features())
+        self.secret = resolve_secret(cfg.feedback_secret, cfg.home)
+        self.store = ObjectStore.from_settings(cfg)
+        self.features = OnlineFeatures(self.store, self.names)
+        spool_root = Path(options.spool_dir) if options.spool_dir else cfg.home / "gateway" / "spool"
+        self.logs = EventLogs(spool_root, self.store, self.names, SpoolConfig(
+            max_segment_bytes=options.segment_max_bytes, max_segment_age_s=options.segment_max_age_s,
+            budget_bytes=options.spool_budget_bytes))
+        self.triton = TritonHTTP(cfg.triton_http_url)
+        self.routes: dict[str, Routes] = {}
+        self.routes_applied_at: dict[str, str] = {}
+        self.routes_loaded = False
+        self.openapi = _JSON_ENCODE(build_openapi(self.contract.schema, max_body_bytes=options.max_body_bytes))
+        self.started_at = datetime.now(UTC).isoformat()
+        self.windows: dict[tuple[str, int], ScoreWindow] = {}
+        self.watch = CollapseWatch(options.collapse_threshold, options.collapse_hold_s, options.collapse_min_scores)
+        self._tasks: list[asyncio.Task[None]] = []
+        self._init_metrics()
+
+    # ------------------------------------------------------------------ metrics
+    def _init_metrics(self) -> None:
+        r = self.registry = Registry()
+        self.m_requests = r.counter("modelops_gateway_requests_total",
+                                    "Prediction requests by model, Triton version and status code.")
+        self.m_errors = r.counter("modelops_gateway_errors_total",
+                                  "Failed predictions by model and class (contract, upstream, timeout, unavailable).")
+        self.m_latency = r.histogram("modelops_gateway_request_duration_seconds",
+                                     "Prediction latency inside the gateway by model and version.")
+        self.m_feedback = r.counter("modelops_gateway_feedback_events_total",
+                                    "Accepted feedback events by model, version and action.")
+        self.m_feedback_rejected = r.counter("modelops_gateway_feedback_rejected_total",
+                                             "Refused feedback by reason.")
+        self.m_std = r.gauge("ml_prediction_std", "Rolling std of prediction scores by model and version.")
+        self.m_max = r.gauge("ml_prediction_max", "Rolling max of prediction scores by model and version.")
+        self.m_collapse = r.gauge("ml_prediction_collapse",
+                                  "1 while a version's score std stays below the collapse threshold.")
+        self.m_feature_age = r.gauge("modelops_gateway_feature_snapshot_age_seconds",
+                                     "Seconds since the loaded feature snapshot was published.")
+        self.m_feature_errors = r.gauge("modelops_gateway_feature_reload_errors",
+                                        "Failed feature snapshot reloads since start.")
+        self.m_routes_revision = r.gauge("modelops_gateway_routes_revision", "Applied routes revision by model.")
+        self.m_routes_errors = r.counter("modelops_gateway_routes_errors_total",
+                                         "Unreadable, invalid or stale routes documents by model.")
+        self.m_backlog_bytes = r.gauge("modelops_gateway_spool_backlog_bytes",
+                                       "Bytes of event-log segments not yet uploaded.")
+        self.m_backlog_segments = r.gauge("modelops_gateway_spool_backlog_segments",
+                                          "Event-log segments not yet uploaded.")
+        self.m_upload_failures = r.gauge("modelops_gateway_spool_upload_failures",
+                                         "Failed event-log upload passes since start.")
+
+    def _refresh_gauges(self, now: float) -> None:
+        self.m_feature_age.set((), self.features.age_s(now))
+        self.m_feature_errors.set((), float(self.features.errors))
+        self.m_backlog_bytes.set((), float(self.logs.backlog_bytes))
+        self.m_backlog_segments.set((), float(self.logs.backlog_segments))
+        self.m_upload_failures.set((), float(self.logs.upload_failures))
+        for (model, version), window in self.windows.items():
+            labels = (("model", model), ("version", str(version)))
+            _n, std, peak = window.stats(now)
+            self.m_std.set(labels, std)
+            self.m_max.set(labels, peak)
+            self.m_collapse.set(labels, 1.0 if self.watch.flagged(f"{model}/{version}") else 0.0)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def startup(self) -> None:
+        await self.logs.start()
+        await asyncio.to_thread(self.features.refresh)
+        await asyncio.to_thread(self._poll_routes_once)
+        loop = asyncio.get_running_loop()
+        self._tasks = [
+            loop.create_task(self._every(self.options.routes_poll_s, self._poll_routes_once), name="routes"),
+            loop.create_task(self._every(self.options.features_poll_s, self.features.refresh), name="features"),
+            loop.create_task(self._watch_loop(), name="collapse-watch"),
+        ]
+
+    async def shutdown(self) -> None:
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        await self.triton.close()
+        await self.logs.close()
+
+    async def _every(self, interval_s: float, work: Callable[[], object]) -> None:
+        while True:
+            await asyncio.sleep(interval_s)
+            try:
+                await asyncio.to_thread(work)
+            except Exception:  # a poller must never die
+                log.exception("background %s failed", getattr(work, "__name__", work))
+
+    def _poll_routes_once(self) -> None:
+        try:
+            keys = list(self.store.list_keys(ROUTES_PREFIX))
+        except ObjectStoreError as exc:
+            self.m_routes_errors.inc((("model", "*"),))
+            log.warning("routes poll failed (keeping the last good routes): %s", exc)
+            return
+        updated = dict(self.routes)
+        seen: set[str] = set()
+        for key in keys:
+            model = model_from_key(key)
+            if model is None:
+                continue
+            seen.add(model)
+            try:
+                routes = load_routes(self.store.get_bytes(key))
+                if routes.model != model:
+                    raise ContractError(f"routes.model={routes.model!r} differs from its key {key!r}")
+            except (ContractError, ObjectStoreError) as exc:
+                self.m_routes_errors.inc((("model", model),))
+                log.warning("routes %s unusable (keeping revision %s): %s", key,
+                            updated[model].revision if model in updated else "none", exc)
+                continue
+            current = updated.get(model)
+            if current is None or routes.revision > current.revision:
+                updated[model] = routes
+                self.routes_applied_at[model] = datetime.now(UTC).isoformat()
+                log.info("routes %s revision %d applied", model, routes.revision)
+            elif routes.revision < current.revision or routes != current:
+                self.m_routes_errors.inc((("model", model),))  # stale or changed without a new revision
+        for model in set(updated) - seen:
+            del updated[model]  # the document was deleted: the model is no longer served
+        self.routes = updated  # one assignment: requests see the old or the new table, never half
+        self.routes_loaded = True
+        for model, routes in updated.items():
+            self.m_routes_revision.set((("model", model),), float(routes.revision))
+
+    async def _watch_loop(self) -> None:
+        from modelops.notify.apprise_notifier import AppriseNotifier
+        from modelops.notify.message import Message as Note
+
+        notifier = AppriseNotifier(self.cfg.notify_url_list)
+        while True:
+            await asyncio.sleep(1.0)
+            now = time.time()
+            self._refresh_gauges(now)
+            for (model, version), window in list(self.windows.items()):
+                n, std, peak = window.stats(now)
+                key = f"{model}/{version}"
+                if self.watch.observe(key, n, std, now):
+                    self.m_collapse.set((("model", model), ("version", str(version))), 1.0)
+                    note = Note(
+                        title=f"Prediction collapse: {model} version {version}",
+                        body=(f"The score std of {model} v{version} stayed below {self.watch.threshold} for "
+                              f"{self.watch.hold_s:.0f} s: the model answers (almost) the same for everyone."),
+                        severity="warning", key=f"collapse:{key}",
+                        facts={"model": model, "version": str(version), "std": f"{std:.6f}",
+                               "max": f"{peak:.6f}", "scores in window": str(n)})
+                    try:
+                        await asyncio.to_thread(notifier.send, note)
+                    except ModelopsError as exc:
+                        log.warning("collapse notification failed: %s", exc)
+                    log.warning("prediction collapse %s: std %.6f", key, std)
+
+    # ------------------------------------------------------------------ ASGI
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        kind = scope["type"]
+        if kind == "lifespan":
+            await self._lifespan(receive, send)
+            return
+        if kind != "http":
+            return
+        path, method = scope["path"], scope["method"]
+        headers = _headers(scope)
+        request_id = headers.get("x-request-id", "")
+        if not _REQUEST_ID.match(request_id):
+            request_id = uuid.uuid4().hex
+        try:
+            if method == "POST" and path.startswith("/v1/models/"):
+                await self._predict(path, headers, request_id, receive, send)
+            elif path == "/v1/feedback" and method == "POST":
+                await self._feedback(headers, request_id, receive, send)
+            elif method == "GET" and path == "/metrics":
+                self._refresh_gauges(time.time())
+                await _respond(send, 200, self.registry.render().encode(), request_id,
+                               content_type=b"text/plain; version=0.0.4; charset=utf-8")
+            elif method == "GET" and path == "/healthz":
+                await _respond_json(send, 200, self._health(), request_id)
+            elif method == "GET" and path == "/v1/routes":
+                await _respond_json(send, 200, self._routes_view(), request_id)
+            elif method == "GET" and path == "/openapi.json":
+                await _respond(send, 200, self.openapi, request_id)
+            elif path in _KNOWN_PATHS or _PREDICT.match(path):
+                raise _error(405, "method_not_allowed", f"{method} is not allowed on {path}")
+            else:
+                raise _error(404, "not_found", f"no such endpoint: {path}")
+        except HTTPError as exc:
+            await _respond_json(send, exc.status, exc.body, request_id, exc.headers)
+            if path.startswith("/v1/"):
+                self._access(request_id, method, path, exc.status, error=exc.body.get("error", ""))
+
+    async def _lifespan(self, receive: Receive, send: Send) -> None:
+        while True:
+            message = await receive()
+            if message["type"] == "lifespan.startup":
+                try:
+                    await self.startup()
+                except Exception as exc:
+                    log.exception("gateway start-up failed")
+                    await send({"type": "lifespan.startup.failed", "message": str(exc)})
+                    return
+                await send({"type": "lifespan.startup.complete"})
+            elif message["type"] == "lifespan.shutdown":
+                await self.shutdown()
+                await send({"type": "lifespan.shutdown.complete"})
+                return
+
+    def _access(self, request_id: str, method: str, path: str, status: int, **fields: Any) -> None:
+        if access_log.isEnabledFor(logging.INFO):
+            access_log.info(json.dumps({"ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                                        "request_id": request_id, "method": method, "path": path,
+                                        "status": status, **fields}, default=str))
+
+    def _health(self) -> dict[str, Any]:
+        current = self.features.current
+        return {"status": "ok", "pid": os.getpid(), "started_at": self.started_at,
+                "routes_loaded": self.routes_loaded, "models": sorted(self.routes),
+                "feature_snapshot": current.snapshot if current else None,
+                "spool_backlog_bytes": self.logs.backlog_bytes, "object_store_ok": self.logs.store_ok}
+
+    def _routes_view(self) -> dict[str, Any]:
+        return {"pid": os.getpid(), "routes_loaded": self.routes_loaded,
+                "models": {name: {**routes_to_dict(r), "applied_at": self.routes_applied_at.get(name, "")}
+                           for name, r in sorted(self.routes.items())}}
+
+    # ------------------------------------------------------------------ handlers
+    async def _read_json(self, headers: dict[str, str], receive: Receive) -> tuple[Any, int]:
+        content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        if content_type != "application/json" and not (content_type.startswith("application/")
+                                                       and content_type.endswith("+json")):
+            raise _error(415, "unsupported_media_type",
+                         f"content type must be application/json, got {content_type or 'none'!r}")
+        limit = self.options.max_body_bytes
+        declared = headers.get("content-length")
+        if declared is not None:
+            if not declared.isdigit():
+                raise _error(400, "bad_request", "Content-Length must be a non-negative integer")
+            if int(declared) > limit:
+                raise _error(413, "payload_too_large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
+        chunks: list[bytes] = []
+        size = 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _error(400, "bad_request", "client disconnected")
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > limit:
+                raise _error(413, "payload_too_large", f"body exceeds the limit of {limit} bytes")
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
+        try:
+            return _JSON_DECODE(body), size
+        except (msgspec.DecodeError, ValueError) as exc:
+            raise _error(400, "invalid_json", f"body is not valid JSON: {exc}", field="$", rule="json") from exc
+
+    def _deadline_s(self, headers: dict[str, str]) -> float:
+        maximum = self.options.max_deadline_ms
+        raw = headers.get("inference-timeout")
+        if raw is None:
+            return maximum / 1000.0
+        try:
+            requested = float(raw)
+        except ValueError:
+            requested = math.nan
+        if not math.isfinite(requested) or requested <= 0:
+            raise _error(400, "contract_violation", "Inference-Timeout must be a positive number of milliseconds",
+                         field="Inference-Timeout", rule="positive milliseconds", value=raw[:64])
+        return min(requested, maximum) / 1000.0
+
+    def _unavailable(self, error: str, message: str) -> HTTPError:
+        return HTTPError(503, {"error": error, "message": message},
+                         [(b"retry-after", str(self.options.retry_after_s).encode())])
+
+    async def _predict(self, path: str, headers: dict[str, str], request_id: str, receive: Receive,
+                       send: Send) -> None:
+        timing = _Timing()
+        match = _PREDICT.match(path)
+        model = match.group(1) if match else ""
+        routes = self.routes.get(model)
+        if routes is None:
+            if not self.routes_loaded:
+                raise self._unavailable("routes_unavailable", "routes not loaded yet (object store unreachable)")
+            raise _error(404, "unknown_model", f"unknown model {model or path!r}: no routes document "
+                                               f"routes/{model}.json")
+        labels_model = (("model", model),)
+        try:
+            document, size = await self._read_json(headers, receive)
+            violation = self.contract.validate(document)
+            if violation is not None:
+                raise HTTPError(400, violation.to_body())
+            deadline_s = self._deadline_s(headers)
+        except HTTPError as exc:
+            if exc.status in {400, 413, 415}:
+                self.m_errors.inc((*labels_model, ("class", "contract")))
+            raise
+        user_id: str = document["user_id"]
+        item_ids: list[str] = document["item_ids"]
+        version = choose_version(routes, user_id)
+        labels = (*labels_model, ("version", str(version.version)))
+        try:
+            self.logs.committers["predictions"].check_budget()
+        except SpoolFull as exc:
+            self.m_errors.inc((*labels_model, ("class", "unavailable")))
+            raise self._unavailable("spool_full", str(exc)) from exc
+        try:
+            started = time.perf_counter()
+            features = self.features.matrix(user_id, item_ids)
+            timing.features_s = time.perf_counter() - started
+        except FeaturesUnavailable as exc:
+            self.m_errors.inc((*labels_model, ("class", "unavailable")))
+            raise self._unavailable("features_unavailable", str(exc)) from exc
+        remaining = deadline_s - timing.total_s()
+        started = time.perf_counter()
+        try:
+            if remaining <= 0:
+                raise TimeoutError
+            async with asyncio.timeout(remaining):
+                scores = await self.triton.infer_scores(model, version.version, features)
+        except TimeoutError as exc:
+            self.m_errors.inc((*labels_model, ("class", "timeout")))
+            raise _error(504, "inference_timeout", f"no answer from Triton within {deadline_s * 1000:.0f} ms",
+                         deadline_ms=round(deadline_s * 1000, 3)) from exc
+        except TritonUnavailable as exc:
+            self.m_errors.inc((*labels_model, ("class", "upstream")))
+            raise self._unavailable("triton_unavailable", str(exc)) from exc
+        except TritonFailed as exc:
+            self.m_errors.inc((*labels_model, ("class", "upstream")))
+            raise _error(502, "triton_failed", str(exc)) from exc
+        timing.inference_s = time.perf_counter() - started
+        now = time.time()
+        token = issue_token(self.secret, TokenClaims(request_id, model, version.version, version.sha256[:12], now))
+        variant = "canary" if routes.canary is not None and version == routes.canary else "stable"
+        body = _JSON_ENCODE({"request_id": request_id, "model": model, "model_version": version.version,
+                             "model_id": version.label, "variant": variant, "scores": scores.tolist(),
+                             "feedback_token": token})
+        inference_ms = timing.inference_s * 1000.0
+        await _respond(send, 200, body, request_id, [
+            (b"x-model-version", version.label.encode()),
+            (b"x-inference-latency", f"{inference_ms:.3f}".encode()),
+        ])
+        total_s = timing.total_s()
+        origin = timing.delay_origin()
+        scores64 = scores.astype(np.float64)
+        n = len(scores64)
+        mean = float(scores64.mean())
+        peak = float(scores64.max())
+        std = float(scores64.std())
+        self.logs.committers["predictions"].append_nowait(prediction_record(
+            request_id=request_id, feedback_token=token, ts=now, model=model, model_version=version.version,
+            model_sha256=version.sha256, user_hash=user_hash(user_id), n_items=n, score_mean=mean,
+            score_max=peak, score_std=std, latency_ms=total_s * 1000.0, delay_origin=origin))
+        if self.cfg.sample_share >= 1.0 or _sampled(request_id, self.cfg.sample_share):
+            self.logs.committers["scored_samples"].append_nowait(scored_record(
+                request_id=request_id, ts=now, model=model, model_version=version.version, scores=scores,
+                features=features))
+        self.m_requests.inc((*labels, ("code", "200")))
+        self.m_latency.observe(labels, total_s)
+        window = self.windows.get((model, version.version))
+        if window is None:
+            window = self.windows[(model, version.version)] = ScoreWindow(self.options.score_window_s)
+        window.add(now, n, float(scores64.sum()), float(np.dot(scores64, scores64)), peak)
+        self._access(request_id, "POST", path, 200, model=model, version=version.version,
+                     model_id=version.label, variant=variant, inference_time_ms=round(inference_ms, 3),
+                     feature_lookup_ms=round(timing.features_s * 1000, 3), latency_ms=round(total_s * 1000, 3),
+                     input_size_bytes=size, n_items=n, delay_origin=origin)
+
+    async def _feedback(self, headers: dict[str, str], request_id: str, receive: Receive, send: Send) -> None:
+        try:
+            document, _size = await self._read_json(headers, receive)
+        except HTTPError as exc:
+            self.m_feedback_rejected.inc((("reason", "malformed"),))
+            raise exc
+        violation: Violation | None = self.feedback_check(document, "$")
+        if violation is not None:
+            self.m_feedback_rejected.inc((("reason", "malformed"),))
+            raise HTTPError(400, violation.to_body())
+        received_at = time.time()
+        try:
+            claims = verify_token(self.secret, document["feedback_token"], now=received_at)
+        except TokenExpired as exc:
+            self.m_feedback_rejected.inc((("reason", "expired"),))
+            raise _error(410, "token_expired", str(exc)) from exc
+        except TokenInvalid as exc:
+            self.m_feedback_rejected.inc((("reason", "bad_signature"),))
+            raise _error(401, "token_invalid", str(exc)) from exc
+        committer = self.logs.committers["feedback"]
+        try:
+            committer.check_budget()
+            await committer.append(feedback_record(feedback_token=document["feedback_token"],
+                                                   action=document["action"], ts=float(document["timestamp"]),
+                                                   received_at=received_at))
+        except SpoolFull as exc:
+            self.m_feedback_rejected.inc((("reason", "spool_full"),))
+            raise self._unavailable("spool_full", str(exc)) from exc
+        self.m_feedback.inc((("model", claims.model), ("version", str(claims.model_version)),
+                             ("action", document["action"])))
+        await _respond_json(send, 202, {"status": "accepted", "request_id": claims.request_id}, request_id)
+
+
+def _sampled(request_id: str, share: float) -> bool:
+    digest = hashlib.blake2b(request_id.encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big") / 2.0**64 < share
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+
+
+async def _respond(send: Send, status: int, body: bytes, request_id: str,
+                   headers: list[tuple[bytes, bytes]] | None = None,
+                   content_type: bytes = b"application/json") -> None:
+    await send({"type": "http.response.start", "status": status, "headers": [
+        (b"content-type", content_type), (b"content-length", str(len(body)).encode()),
+        (b"x-request-id", request_id.encode()), *(headers or [])]})
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _respond_json(send: Send, status: int, document: Any, request_id: str,
+                        headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await _respond(send, status, _JSON_ENCODE(document), request_id, headers)
+
+
+def create_app(cfg: Settings | None = None, options: GatewayOptions | None = None) -> Gateway:
+    """The ASGI app (uvicorn factory): settings from the environment, options from ``serve``."""
+    return Gateway(cfg or settings(), options or GatewayOptions.from_env())

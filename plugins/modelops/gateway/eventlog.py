@@ -1,0 +1,238 @@
+"""The three event logs of the gateway: spooled records -> Parquet in ``modelops.records`` schemas.
+
+Spool records are compact lists (see the ``*_record`` functions); the converters turn a
+segment's records into one Parquet file per UTC hour with exactly the columns of
+:data:`~modelops.records.PREDICTIONS`, :data:`~modelops.records.FEEDBACK` and
+:func:`~modelops.records.scored_samples_schema`. Predictions and scored samples are
+partitioned by ``ts`` (when served), feedback by ``received_at`` (the client's ``ts``
+may be anything within the token's life).
+
+:class:`EventLogs` owns a group committer and an uploader per log, the upload loop, and
+the backlog figures for ``/metrics``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from modelops.errors import ModelopsError
+from modelops.gateway.spool import (
+    BlobStore,
+    GroupCommitter,
+    SegmentConverter,
+    SegmentWriter,
+    Uploader,
+    iter_hours,
+    spool_usage,
+)
+from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS, scored_samples_schema
+
+log = logging.getLogger(__name__)
+
+KINDS: tuple[str, ...] = ("predictions", "feedback", "scored_samples")
+
+
+def to_us(epoch_s: float) -> int:
+    """Epoch seconds -> integer microseconds (the spool's time unit)."""
+    return round(epoch_s * 1_000_000)
+
+
+def prediction_record(*, request_id: str, feedback_token: str, ts: float, model: str, model_version: int,
+                      model_sha256: str, user_hash: str, n_items: int, score_mean: float, score_max: float,
+                      score_std: float, latency_ms: float, delay_origin: str) -> list[Any]:
+    """A prediction-log record in :data:`PREDICTIONS` column order (``ts`` in epoch seconds)."""
+    return [request_id, feedback_token, to_us(ts), model, model_version, model_sha256, user_hash, n_items,
+            score_mean, score_max, score_std, latency_ms, delay_origin]
+
+
+def feedback_record(*, feedback_token: str, action: str, ts: float, received_at: float) -> list[Any]:
+    """A feedback-log record in :data:`FEEDBACK` column order."""
+    return [feedback_token, action, to_us(ts), to_us(received_at)]
+
+
+def scored_record(*, request_id: str, ts: float, model: str, model_version: int, scores: npt.NDArray[Any],
+                  features: npt.NDArray[Any]) -> list[Any]:
+    """A scored-samples record: one per request, the float32 scores and feature matrix as bytes."""
+    return [request_id, to_us(ts), model, model_version,
+            np.ascontiguousarray(scores, dtype=np.float32).tobytes(),
+            np.ascontiguousarray(features, dtype=np.float32).tobytes()]
+
+
+def _parquet(table: pa.Table) -> bytes:
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def _rows_converter(schema: pa.Schema, partition_column: int) -> SegmentConverter:
+    def convert(records: list[list[Any]]) -> dict[datetime, bytes]:
+        out: dict[datetime, bytes] = {}
+        for hour, indexes in iter_hours([r[partition_column] for r in records]):
+            columns = [pa.array([records[i][c] for i in indexes], type=f.type) for c, f in enumerate(schema)]
+            out[hour] = _parquet(pa.Table.from_arrays(columns, schema=schema))
+        return out
+
+    return convert
+
+
+convert_predictions = _rows_converter(PREDICTIONS, 2)
+convert_feedback = _rows_converter(FEEDBACK, 3)
+
+
+def scored_converter(feature_names: Sequence[str]) -> SegmentConverter:
+    """The converter of scored-samples records: one row per scored item, NaN features as nulls."""
+    schema = scored_samples_schema(feature_names)
+    width = len(feature_names)
+
+    def convert(records: list[list[Any]]) -> dict[datetime, bytes]:
+        out: dict[datetime, bytes] = {}
+        for hour, indexes in iter_hours([r[1] for r in records]):
+            ids: list[str] = []
+            ts: list[int] = []
+            models: list[str] = []
+            versions: list[int] = []
+            item_index: list[npt.NDArray[Any]] = []
+            scores: list[npt.NDArray[Any]] = []
+            features: list[npt.NDArray[Any]] = []
+            for i in indexes:
+                request_id, ts_us, model, version, score_bytes, feature_bytes = records[i]
+                s = np.frombuffer(score_bytes, dtype=np.float32)
+                n = len(s)
+                ids.extend([request_id] * n)
+                ts.extend([ts_us] * n)
+                models.extend([model] * n)
+                versions.extend([version] * n)
+                item_index.append(np.arange(n, dtype=np.int32))
+                scores.append(s.astype(np.float64))
+                features.append(np.frombuffer(feature_bytes, dtype=np.float32).reshape(n, width))
+            matrix = np.concatenate(features).astype(np.float64) if features else np.zeros((0, width))
+            columns: list[pa.Array] = [
+                pa.array(ids, pa.string()), pa.array(ts, schema.field("ts").type), pa.array(models, pa.string()),
+                pa.array(versions, pa.int64()), pa.array(np.concatenate(item_index), pa.int32()),
+                pa.array(np.concatenate(scores), pa.float64()),
+            ]
+            for c in range(width):
+                column = matrix[:, c]
+                columns.append(pa.array(column, pa.float64(), mask=np.isnan(column)))
+            out[hour] = _parquet(pa.Table.from_arrays(columns, schema=schema))
+        return out
+
+    return convert
+
+
+@dataclass(frozen=True)
+class SpoolConfig:
+    """Spool tuning (module defaults until they become settings)."""
+
+    max_segment_bytes: int = 8 * 1024 * 1024
+    max_segment_age_s: float = 10.0
+    budget_bytes: int = 1024 * 1024 * 1024
+    upload_interval_s: float = 1.0
+    max_backoff_s: float = 10.0
+
+
+class EventLogs:
+    """The gateway process' three logs: committers, uploaders and the upload loop."""
+
+    def __init__(self, root: Path, store: BlobStore, feature_names: Sequence[str],
+                 config: SpoolConfig = SpoolConfig()) -> None:
+        self.root = root
+        self.config = config
+        self._usage_bytes, self._usage_segments = spool_usage(root) if root.exists() else (0, 0)
+        converters: dict[str, SegmentConverter] = {
+            "predictions": convert_predictions, "feedback": convert_feedback,
+            "scored_samples": scored_converter(feature_names),
+        }
+        self.committers: dict[str, GroupCommitter] = {}
+        self.uploaders: dict[str, Uploader] = {}
+        for kind in KINDS:
+            directory = root / kind
+            writer = SegmentWriter(directory, max_bytes=config.max_segment_bytes,
+                                   max_age_s=config.max_segment_age_s)
+            committer = GroupCommitter(writer, budget_bytes=config.budget_bytes, usage=self.usage_bytes)
+            committer.on_sealed = self._on_sealed
+            self.committers[kind] = committer
+            self.uploaders[kind] = Uploader(directory, LOG_PREFIXES[kind], store, converters[kind])
+        self._kick: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self.store_ok = True
+        self.upload_failures = 0
+
+    def usage_bytes(self) -> int:
+        return self._usage_bytes
+
+    @property
+    def backlog_bytes(self) -> int:
+        return self._usage_bytes
+
+    @property
+    def backlog_segments(self) -> int:
+        return self._usage_segments
+
+    def _on_sealed(self, _path: Path) -> None:
+        if self._kick is not None:
+            self._kick.set()
+
+    async def start(self) -> None:
+        for committer in self.committers.values():
+            committer.start()
+        self._kick = asyncio.Event()
+        self._kick.set()  # upload leftovers of earlier runs right away
+        self._task = asyncio.get_running_loop().create_task(self._upload_loop(), name="spool-upload")
+
+    def upload_all(self) -> int:
+        """One upload pass over every log (blocking; runs in a thread). Raises on store failure."""
+        return sum(uploader.run_once() for uploader in self.uploaders.values())
+
+    def _refresh_usage(self) -> None:
+        self._usage_bytes, self._usage_segments = spool_usage(self.root)
+
+    async def _upload_loop(self) -> None:
+        assert self._kick is not None
+        backoff = self.config.upload_interval_s
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(backoff):
+                    await self._kick.wait()
+            self._kick.clear()
+            try:
+                await asyncio.to_thread(self.upload_all)
+            except (ModelopsError, OSError) as exc:
+                self.store_ok = False
+                self.upload_failures += 1
+                backoff = min(self.config.max_backoff_s, backoff * 2)
+                log.warning("event log upload failed (retry in %.0f s): %s", backoff, exc)
+            else:
+                self.store_ok = True
+                backoff = self.config.upload_interval_s
+            await asyncio.to_thread(self._refresh_usage)
+
+    async def close(self, *, upload_timeout_s: float = 5.0) -> None:
+        """Flush and seal every log, then try one last upload (bounded)."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        for committer in self.committers.values():
+            await committer.close()
+        started = time.monotonic()
+        try:
+            async with asyncio.timeout(upload_timeout_s):
+                await asyncio.to_thread(self.upload_all)
+        except (TimeoutError, ModelopsError, OSError) as exc:
+            log.warning("final event log upload incomplete after %.1f s (segments stay for the next start): %s",
+                        time.monotonic() - started, exc)

@@ -1,0 +1,202 @@
+"""An asyncio client of Triton's HTTP inference endpoint for the gateway's hot path.
+
+Kept minimal on purpose: keep-alive connections in a pool, one request shape
+(``features`` FP32 ``[n, 128]`` in, ``score`` FP32 ``[n, 1]`` out, explicit version) and
+Triton's binary tensor extension both ways, so no float is ever printed or parsed as
+JSON. (``tritonclient``'s HTTP client is gevent-based and the generic asyncio HTTP
+clients cost several hundred microseconds per call.)
+
+Errors: :class:`TritonUnavailable` (cannot connect, or the version is not loaded: the
+gateway answers 503 with ``Retry-After``) and :class:`TritonFailed` (any other refusal
+or a malformed answer: 502). A deadline is the caller's ``asyncio.timeout``; a cancelled
+call closes its connection instead of returning it to the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections import deque
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import numpy as np
+import numpy.typing as npt
+
+from modelops.errors import ServingError
+
+_UNAVAILABLE_HINTS = ("unknown model", "not found", "not ready", "unavailable", "is not loaded")
+
+
+class TritonUnavailable(ServingError):
+    """Triton is unreachable or does not serve the requested version (HTTP 503 at the gateway)."""
+
+
+class TritonFailed(ServingError):
+    """Triton answered with an error or something unreadable (HTTP 502 at the gateway)."""
+
+
+@dataclass
+class _Connection:
+    reader: asyncio.StreamReader
+    writer: asyncio.StreamWriter
+    fresh: bool = True
+
+    def close(self) -> None:
+        with contextlib.suppress(Exception):
+            self.writer.close()
+
+
+class TritonHTTP:
+    """A pool of keep-alive HTTP/1.1 connections to one Triton server.
+
+    Args:
+        base_url: ``http://host:port`` of Triton's HTTP endpoint.
+        max_idle: idle connections kept for reuse.
+        connect_timeout_s: connect deadline (a refused or hanging connect is "unavailable").
+    """
+
+    def __init__(self, base_url: str, *, max_idle: int = 64, connect_timeout_s: float = 1.0) -> None:
+        parts = urlsplit(base_url)
+        if parts.scheme != "http" or not parts.hostname:
+            raise ServingError(f"Triton URL {base_url!r}: must be http://host:port (example: http://127.0.0.1:8300)")
+        self.host = parts.hostname
+        self.port = parts.port or 80
+        self.base_url = base_url
+        self.max_idle = max_idle
+        self.connect_timeout_s = connect_timeout_s
+        self._idle: deque[_Connection] = deque()
+
+    async def _connect(self) -> _Connection:
+        try:
+            async with asyncio.timeout(self.connect_timeout_s):
+                reader, writer = await asyncio.open_connection(self.host, self.port)
+        except (OSError, TimeoutError) as exc:
+            raise TritonUnavailable(f"Triton {self.base_url} unreachable: {exc or type(exc).__name__}") from exc
+        return _Connection(reader, writer)
+
+    def _acquire_idle(self) -> _Connection | None:
+        while self._idle:
+            conn = self._idle.pop()
+            if not conn.writer.is_closing() and not conn.reader.at_eof():
+                conn.fresh = False
+                return conn
+            conn.close()
+        return None
+
+    def _release(self, conn: _Connection) -> None:
+        if len(self._idle) < self.max_idle:
+            self._idle.append(conn)
+        else:
+            conn.close()
+
+    async def close(self) -> None:
+        while self._idle:
+            self._idle.pop().close()
+
+    async def infer_scores(self, model: str, version: int,
+                           features: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """Scores ``[n]`` of ``features`` ``[n, k]`` from ``model`` at Triton ``version``.
+
+        Raises:
+            TritonUnavailable: unreachable, or the version is not loaded.
+            TritonFailed: Triton refused the request or answered something unreadable.
+        """
+        data = np.ascontiguousarray(features, dtype=np.float32)
+        header = json.dumps({
+            "inputs": [{"name": "features", "shape": list(data.shape), "datatype": "FP32",
+                        "parameters": {"binary_data_size": data.nbytes}}],
+            "outputs": [{"name": "score", "parameters": {"binary_data": True}}],
+        }, separators=(",", ":")).encode()
+        head = (
+            f"POST /v2/models/{model}/versions/{version}/infer HTTP/1.1\r\n"
+            f"Host: {self.host}:{self.port}\r\n"
+            "Content-Type: application/octet-stream\r\n"
+            f"Inference-Header-Content-Length: {len(header)}\r\n"
+            f"Content-Length: {len(header) + data.nbytes}\r\n\r\n"
+        ).encode()
+        request = b"".join((head, header, data.tobytes()))
+        status, headers, body = await self._exchange(request)
+        return _parse_scores(status, headers, body, model, version, data.shape[0])
+
+    async def _exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
+        for _attempt in range(2):
+            conn = self._acquire_idle() or await self._connect()
+            done = False
+            try:
+                conn.writer.write(request)
+                status, headers, body = await _read_response(conn.reader)
+                done = True
+            except (ConnectionError, asyncio.IncompleteReadError, OSError) as exc:
+                if not conn.fresh:
+                    continue  # a stale keep-alive connection: retry once on a new one
+                raise TritonUnavailable(f"Triton {self.base_url}: connection lost ({exc})") from exc
+            finally:
+                if not done:
+                    conn.close()
+            if headers.get("connection", "").lower() == "close":
+                conn.close()
+            else:
+                self._release(conn)
+            return status, headers, body
+        raise TritonUnavailable(f"Triton {self.base_url}: connection lost twice")
+
+
+async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
+    raw = await reader.readuntil(b"\r\n\r\n")
+    lines = raw.decode("latin-1").split("\r\n")
+    try:
+        status = int(lines[0].split(" ", 2)[1])
+    except (IndexError, ValueError) as exc:
+        raise TritonFailed(f"Triton: malformed status line {lines[0]!r}") from exc
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    if "content-length" in headers:
+        body = await reader.readexactly(int(headers["content-length"]))
+    elif headers.get("transfer-encoding", "").lower() == "chunked":
+        chunks: list[bytes] = []
+        while True:
+            size = int((await reader.readuntil(b"\r\n")).split(b";")[0].strip(), 16)
+            if size == 0:
+                await reader.readuntil(b"\r\n")
+                break
+            chunks.append(await reader.readexactly(size))
+            await reader.readexactly(2)
+        body = b"".join(chunks)
+    else:
+        body = b""
+    return status, headers, body
+
+
+def _parse_scores(status: int, headers: dict[str, str], body: bytes, model: str, version: int,
+                  n_items: int) -> npt.NDArray[np.float32]:
+    where = f"Triton {model} v{version}"
+    if status != 200:
+        try:
+            message = str(json.loads(body).get("error", body[:300]))
+        except (ValueError, AttributeError):
+            message = body[:300].decode("utf-8", "replace")
+        if any(hint in message.lower() for hint in _UNAVAILABLE_HINTS):
+            raise TritonUnavailable(f"{where}: {message}")
+        raise TritonFailed(f"{where}: HTTP {status}: {message}")
+    json_length = int(headers.get("inference-header-content-length", len(body)))
+    try:
+        doc: Any = json.loads(body[:json_length])
+        output = next(o for o in doc["outputs"] if o["name"] == "score")
+        if output.get("datatype", "FP32") != "FP32":
+            raise TritonFailed(f"{where}: score is {output.get('datatype')}, expected FP32")
+        size = output.get("parameters", {}).get("binary_data_size")
+        if size is not None:
+            scores = np.frombuffer(body, dtype=np.float32, count=int(size) // 4, offset=json_length)
+        else:
+            scores = np.asarray(output["data"], dtype=np.float32)
+    except (ValueError, KeyError, StopIteration, TypeError) as exc:
+        raise TritonFailed(f"{where}: malformed answer ({exc})") from exc
+    if scores.shape[0] != n_items:
+        raise TritonFailed(f"{where}: {scores.shape[0]} scores for {n_items} items")
+    return scores

@@ -1,0 +1,103 @@
+"""The online feature lookup: the newest published feature snapshot, reloaded when it changes.
+
+The tables and their pointer are written by :mod:`modelops.example.tables`; this
+adapter polls the pointer, loads a new snapshot off the event loop, and swaps the
+prepared :class:`~modelops.example.tables.FeatureLookup` in one assignment.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from modelops.errors import ModelopsError
+from modelops.objectstore import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+class FeaturesUnavailable(ModelopsError):
+    """No feature snapshot has been loaded yet (HTTP 503 at the gateway)."""
+
+
+@dataclass(frozen=True)
+class LoadedSnapshot:
+    snapshot: str
+    lookup: Any  # modelops.example.tables.FeatureLookup (imported lazily: pandas)
+    published_at: float  # the pointer's created_at when it has one, else when this process first saw it
+    loaded_at: float
+
+
+class OnlineFeatures:
+    """The gateway's view of the feature tables.
+
+    Args:
+        store: the object store holding ``features/_latest.json`` and the tables.
+        names: the model's feature order (``features.yaml``).
+    """
+
+    def __init__(self, store: ObjectStore, names: Sequence[str]) -> None:
+        self.store = store
+        self.names = tuple(names)
+        self.current: LoadedSnapshot | None = None
+        self.errors = 0
+        self.last_error = ""
+
+    def refresh(self) -> bool:
+        """Load the newest snapshot when the pointer moved (blocking: call from a thread).
+
+        Returns True when a new snapshot was applied. Errors are counted and logged; the
+        loaded snapshot (if any) keeps serving.
+        """
+        from modelops.example.tables import FeatureLookup, load_feature_tables, read_pointer
+
+        try:
+            pointer = read_pointer(self.store)
+            if self.current is not None and str(pointer["snapshot"]) == self.current.snapshot:
+                return False
+            users, items, snapshot = load_feature_tables(self.store)
+            lookup = FeatureLookup.from_frames(users, items, self.names)
+        except (ModelopsError, KeyError, ValueError, OSError) as exc:
+            self.errors += 1
+            self.last_error = str(exc)
+            log.warning("feature snapshot reload failed (keeping %s): %s",
+                        self.current.snapshot if self.current else "none", exc)
+            return False
+        now = time.time()
+        self.current = LoadedSnapshot(snapshot, lookup, _published_at(pointer, now), now)
+        log.info("feature snapshot %s loaded (%d users, %d items)", snapshot, len(users), len(items))
+        return True
+
+    def matrix(self, user_id: str, item_ids: Sequence[str]) -> npt.NDArray[np.float32]:
+        """float32 ``[len(item_ids), 128]`` for one user and its items; NaN where unknown.
+
+        Raises:
+            FeaturesUnavailable: no snapshot loaded yet.
+        """
+        current = self.current
+        if current is None:
+            raise FeaturesUnavailable("no feature snapshot loaded yet (features/_latest.json missing or unreadable)")
+        result: npt.NDArray[np.float32] = current.lookup.matrix([user_id] * len(item_ids), item_ids)
+        return result
+
+    def age_s(self, now: float) -> float:
+        """Seconds since the loaded snapshot was published (NaN when none is loaded)."""
+        return float("nan") if self.current is None else max(0.0, now - self.current.published_at)
+
+
+def _published_at(pointer: dict[str, Any], default: float) -> float:
+    for key in ("created_at", "published_at"):
+        raw = pointer.get(key)
+        if isinstance(raw, str):
+            try:
+                return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
+            except ValueError:
+                continue
+    return default

@@ -1,0 +1,131 @@
+"""The gateway's OpenAPI 3.1 document, built from the same schemas the gateway enforces."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from modelops.records import ACTIONS
+
+FEEDBACK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["feedback_token", "action", "timestamp"],
+    "properties": {
+        "feedback_token": {"type": "string", "minLength": 1, "maxLength": 2048,
+                           "description": "The feedback_token of the prediction answer."},
+        "action": {"enum": list(ACTIONS), "examples": ["click"]},
+        "timestamp": {"type": "number", "minimum": 1609459200, "maximum": 2524608000,
+                      "description": "When the user acted, epoch seconds.", "examples": [1764460800]},
+    },
+}
+"""Body of ``POST /v1/feedback`` (compiled by the same compiler as the request contract)."""
+
+_ERROR = {
+    "type": "object",
+    "required": ["error", "message"],
+    "properties": {
+        "error": {"type": "string"}, "message": {"type": "string"},
+        "field": {"type": "string"}, "rule": {"type": "string"}, "value": {},
+    },
+}
+_REQUEST_ID = {"description": "Echoed from the request, or generated.", "schema": {"type": "string"}}
+
+
+def _error(description: str, headers: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    response: dict[str, Any] = {"description": description,
+                                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+    response["headers"] = {"X-Request-ID": _REQUEST_ID, **(headers or {})}
+    return response
+
+
+def _strip(schema: Mapping[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in schema.items() if k not in {"$schema", "$id"}}
+
+
+def build_openapi(request_schema: Mapping[str, Any], *, max_body_bytes: int) -> dict[str, Any]:
+    """The document served at ``/openapi.json``."""
+    retry_after = {"Retry-After": {"description": "Seconds to wait before retrying.", "schema": {"type": "string"}}}
+    predict_ok = {
+        "type": "object",
+        "required": ["request_id", "model", "model_version", "model_id", "variant", "scores", "feedback_token"],
+        "properties": {
+            "request_id": {"type": "string"},
+            "model": {"type": "string"},
+            "model_version": {"type": "integer", "description": "Triton version that served."},
+            "model_id": {"type": "string", "description": "<sha256[:12]>/<Triton version>."},
+            "variant": {"enum": ["stable", "canary"]},
+            "scores": {"type": "array", "items": {"type": "number"},
+                       "description": "One score per requested item, in request order."},
+            "feedback_token": {"type": "string"},
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "modelops serving gateway", "version": "1",
+                 "description": "Edge contract, sticky canary routing, feedback tokens, event logs."},
+        "paths": {
+            "/v1/models/{model}/predict": {"post": {
+                "operationId": "predict",
+                "parameters": [
+                    {"name": "model", "in": "path", "required": True,
+                     "schema": {"type": "string", "pattern": "^[A-Za-z0-9_.-]{1,128}$"}},
+                    {"name": "X-Request-ID", "in": "header", "required": False,
+                     "schema": {"type": "string", "maxLength": 128}},
+                    {"name": "Inference-Timeout", "in": "header", "required": False,
+                     "description": "Milliseconds; lowers the deadline, never raises it past the maximum.",
+                     "schema": {"type": "string"}},
+                ],
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/PredictRequest"}}}},
+                "responses": {
+                    "200": {"description": "Scores and a feedback token.",
+                            "headers": {
+                                "X-Request-ID": _REQUEST_ID,
+                                "X-Model-Version": {"schema": {"type": "string"},
+                                                    "description": "<sha256[:12]>/<Triton version>"},
+                                "X-Inference-Latency": {"schema": {"type": "string"},
+                                                        "description": "Triton round trip, milliseconds."},
+                            },
+                            "content": {"application/json": {"schema": predict_ok}}},
+                    "400": _error("Contract violation (names field, rule and value) or malformed JSON."),
+                    "404": _error("Unknown model (no routes document)."),
+                    "413": _error(f"Body larger than {max_body_bytes} bytes."),
+                    "415": _error("Content type is not application/json."),
+                    "502": _error("Triton refused the request."),
+                    "503": _error("Triton, the features or the event spool are unavailable.", retry_after),
+                    "504": _error("Inference deadline passed."),
+                },
+            }},
+            "/v1/feedback": {"post": {
+                "operationId": "feedback",
+                "requestBody": {"required": True, "content": {"application/json": {
+                    "schema": {"$ref": "#/components/schemas/Feedback"}}}},
+                "responses": {
+                    "202": {"description": "Durably recorded.", "headers": {"X-Request-ID": _REQUEST_ID},
+                            "content": {"application/json": {"schema": {
+                                "type": "object", "required": ["status"],
+                                "properties": {"status": {"const": "accepted"}, "request_id": {"type": "string"}}}}}},
+                    "400": _error("Malformed body or unknown action."),
+                    "401": _error("Token signature fails."),
+                    "410": _error("Token expired (older than 24 h)."),
+                    "413": _error(f"Body larger than {max_body_bytes} bytes."),
+                    "415": _error("Content type is not application/json."),
+                    "503": _error("Event spool over its disk budget.", retry_after),
+                },
+            }},
+            "/v1/routes": {"get": {"operationId": "routes", "responses": {"200": {
+                "description": "The routes revision each model applied in this gateway process.",
+                "content": {"application/json": {"schema": {"type": "object", "required": ["models"]}}}}}}},
+            "/healthz": {"get": {"operationId": "health", "responses": {"200": {
+                "description": "The process serves.",
+                "content": {"application/json": {"schema": {"type": "object", "required": ["status"]}}}}}}},
+            "/metrics": {"get": {"operationId": "metrics", "responses": {"200": {
+                "description": "Prometheus text format.", "content": {"text/plain": {"schema": {"type": "string"}}}}}}},
+        },
+        "components": {"schemas": {
+            "PredictRequest": _strip(request_schema),
+            "Feedback": FEEDBACK_SCHEMA,
+            "Error": _ERROR,
+        }},
+    }

@@ -1,0 +1,444 @@
+"""The local spool of the event logs: durable first, uploaded as Parquet after.
+
+Each log kind (predictions, feedback, scored samples) has a directory of append-only
+segment files. A record is a framed msgpack list (``<u32 length><u32 crc32><payload>``),
+so a torn tail after a crash is detected and cut, never misread.
+
+* **Group commit.** :class:`GroupCommitter` collects records from many requests and
+  writes them with one ``write`` + ``fsync`` in a writer thread; a caller that needs
+  durability (feedback: 202 only after fsync) awaits its batch's fsync.
+* **Rotation.** A segment is sealed (``.open`` renamed to ``.seg``) when it reaches a
+  size or an age; the writer holds an exclusive ``flock`` on its open segment.
+* **Upload.** :class:`Uploader` converts a sealed segment to one Parquet file per
+  ``dt=YYYY-MM-DD/hour=HH`` partition, uploads it under a name derived from the
+  segment (a retry overwrites, never duplicates), re-reads it to verify, and only then
+  deletes the segment.
+* **Recovery.** An ``.open`` segment whose ``flock`` can be taken belongs to a dead
+  process: it is sealed and uploaded (leftovers at restart).
+* **Budget.** When the object store is down the spool grows; past the disk budget new
+  appends raise :class:`SpoolFull` (the gateway answers 503) instead of losing data.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fcntl
+import logging
+import os
+import socket
+import struct
+import threading
+import time
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import msgspec
+
+from modelops.errors import ModelopsError, ObjectStoreError
+
+log = logging.getLogger(__name__)
+
+_HEADER = struct.Struct("<II")
+OPEN_SUFFIX = ".open"
+SEALED_SUFFIX = ".seg"
+_FRESH_SUFFIX = ".new"
+_ENCODE = msgspec.msgpack.Encoder().encode
+_DECODE = msgspec.msgpack.Decoder().decode
+
+
+class SpoolFull(ModelopsError):
+    """The spool reached its disk budget (the object store is probably down): refuse new writes."""
+
+
+class BlobStore(Protocol):
+    """The two object-store operations the uploader needs (``modelops.objectstore.ObjectStore``)."""
+
+    def put_bytes(self, key: str, data: bytes, *, content_type: str = ...) -> str: ...
+
+    def get_bytes(self, key: str) -> bytes: ...
+
+
+# --------------------------------------------------------------------------- frames
+
+
+def encode_frame(record: Sequence[Any]) -> bytes:
+    """One framed record."""
+    payload = _ENCODE(record)
+    return _HEADER.pack(len(payload), zlib.crc32(payload)) + payload
+
+
+def read_frames(data: bytes) -> tuple[list[list[Any]], int]:
+    """Decode the records of a segment; returns them and the number of bytes they span.
+
+    Reading stops at the first incomplete or corrupt frame (a torn tail after a crash).
+    """
+    records: list[list[Any]] = []
+    offset, size = 0, len(data)
+    while offset + _HEADER.size <= size:
+        length, crc = _HEADER.unpack_from(data, offset)
+        end = offset + _HEADER.size + length
+        if end > size:
+            break
+        payload = data[offset + _HEADER.size:end]
+        if zlib.crc32(payload) != crc:
+            break
+        try:
+            records.append(_DECODE(payload))
+        except msgspec.DecodeError:
+            break
+        offset = end
+    return records, offset
+
+
+# --------------------------------------------------------------------------- segments
+
+
+def _fsync_dir(directory: Path) -> None:
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+@dataclass
+class SegmentWriter:
+    """Appends framed batches to the current ``.open`` segment of one log kind; not thread-safe.
+
+    Args:
+        directory: the kind's spool directory.
+        max_bytes: seal the segment once it holds this many bytes.
+        max_age_s: seal the segment once it is this old (and not empty).
+        clock: wall clock, replaceable in tests.
+    """
+
+    directory: Path
+    max_bytes: int = 8 * 1024 * 1024
+    max_age_s: float = 30.0
+    clock: Callable[[], float] = time.time
+    _fd: int = -1
+    _path: Path | None = None
+    _size: int = 0
+    _opened_at: float = 0.0
+    _seq: int = 0
+    _host: str = field(default_factory=lambda: socket.gethostname().split(".")[0][:32] or "host")
+
+    def __post_init__(self) -> None:
+        self.directory.mkdir(parents=True, exist_ok=True)
+
+    @property
+    def current(self) -> Path | None:
+        return self._path
+
+    def _open(self) -> None:
+        self._seq += 1
+        name = f"{time.time_ns():020d}-{self._host}-{os.getpid()}-{self._seq:06d}{OPEN_SUFFIX}"
+        path = self.directory / name
+        # Lock under a name recovery ignores, then rename: recovery never sees an unlocked live segment.
+        fresh = path.with_suffix(_FRESH_SUFFIX)
+        fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(fresh, path)
+        _fsync_dir(self.directory)
+        self._fd, self._path, self._size, self._opened_at = fd, path, 0, self.clock()
+
+    def write(self, frames: bytes) -> None:
+        """Append ``frames`` and fsync them; rotate first when the segment is full or old."""
+        if not frames:
+            return
+        self.rotate_if_due()
+        if self._fd < 0:
+            self._open()
+        view = memoryview(frames)
+        while view:
+            written = os.write(self._fd, view)
+            view = view[written:]
+        os.fsync(self._fd)
+        self._size += len(frames)
+
+    def rotate_if_due(self) -> Path | None:
+        """Seal the current segment when it reached its size or age; returns the sealed path."""
+        if self._fd >= 0 and self._size > 0 and (
+            self._size >= self.max_bytes or self.clock() - self._opened_at >= self.max_age_s
+        ):
+            return self.seal()
+        return None
+
+    def seal(self) -> Path | None:
+        """Close and seal the current segment (no-op when none is open); returns the sealed path."""
+        if self._fd < 0 or self._path is None:
+            return None
+        path, fd, size = self._path, self._fd, self._size
+        self._fd, self._path, self._size = -1, None, 0
+        sealed = path.with_suffix(SEALED_SUFFIX) if size else None
+        if sealed is not None:
+            os.rename(path, sealed)
+        else:
+            os.unlink(path)
+        _fsync_dir(self.directory)
+        os.close(fd)  # releases the flock only after the rename is durable
+        return sealed
+
+
+def recover_orphans(directory: Path) -> list[Path]:
+    """Seal ``.open`` segments left by dead processes (their flock is free); returns them."""
+    sealed: list[Path] = []
+    for path in sorted(directory.glob(f"*{_FRESH_SUFFIX}")):  # a crash between create and rename
+        with contextlib.suppress(OSError):
+            if time.time() - path.stat().st_mtime < 60:
+                continue  # a live writer is between create and flock
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                path.unlink()
+            finally:
+                os.close(fd)
+    for path in sorted(directory.glob(f"*{OPEN_SUFFIX}")):
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            continue
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue  # a live writer holds it
+        try:
+            if not path.exists():
+                continue
+            if path.stat().st_size == 0:
+                path.unlink()
+            else:
+                target = path.with_suffix(SEALED_SUFFIX)
+                os.rename(path, target)
+                sealed.append(target)
+            _fsync_dir(directory)
+        finally:
+            os.close(fd)
+    return sealed
+
+
+def spool_usage(root: Path) -> tuple[int, int]:
+    """(bytes, segments) of every segment under ``root`` (all kinds, all processes)."""
+    total = count = 0
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            if name.endswith((OPEN_SUFFIX, SEALED_SUFFIX)):
+                with contextlib.suppress(FileNotFoundError):
+                    total += os.stat(os.path.join(dirpath, name)).st_size
+                    count += 1
+    return total, count
+
+
+# --------------------------------------------------------------------------- group commit
+
+
+class GroupCommitter:
+    """Batches appends from the event loop into one write + fsync per batch in a writer thread.
+
+    Args:
+        writer: the kind's segment writer (used only from the writer thread).
+        budget_bytes: refuse appends while the spool root holds more than this.
+        usage: returns the spool root's current bytes (refreshed by the uploader).
+    """
+
+    def __init__(self, writer: SegmentWriter, *, budget_bytes: int, usage: Callable[[], int]) -> None:
+        self.writer = writer
+        self.budget_bytes = budget_bytes
+        self._usage = usage
+        self._pending: list[bytes] = []
+        self._waiters: list[asyncio.Future[None]] = []
+        self._wakeup: asyncio.Event | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool-" + writer.directory.name)
+        self.on_sealed: Callable[[Path], None] = lambda _path: None
+        self.unflushed_bytes = 0
+
+    def start(self) -> None:
+        self._wakeup = asyncio.Event()
+        self._task = asyncio.get_running_loop().create_task(self._run(), name="spool-" + self.writer.directory.name)
+
+    def check_budget(self) -> None:
+        """Raise :class:`SpoolFull` when the spool is over its disk budget."""
+        if self._usage() + self.unflushed_bytes > self.budget_bytes:
+            raise SpoolFull(f"event spool over its disk budget of {self.budget_bytes} bytes "
+                            "(the object store is probably unreachable)")
+
+    def append_nowait(self, record: Sequence[Any]) -> None:
+        """Queue a record for the next batch (not awaited: lost if the process dies within ms)."""
+        frame = encode_frame(record)
+        self._pending.append(frame)
+        self.unflushed_bytes += len(frame)
+        if self._wakeup is not None:
+            self._wakeup.set()
+
+    async def append(self, record: Sequence[Any]) -> None:
+        """Queue a record and wait until its batch is on disk (written and fsynced)."""
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        self.append_nowait(record)
+        await future
+
+    def _write_batch(self, frames: bytes) -> Path | None:
+        self.writer.write(frames)
+        return self.writer.rotate_if_due()
+
+    def _rotate(self) -> Path | None:
+        return self.writer.rotate_if_due()
+
+    async def _run(self) -> None:
+        assert self._wakeup is not None
+        loop = asyncio.get_running_loop()
+        while True:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(0.5):
+                    await self._wakeup.wait()
+            self._wakeup.clear()
+            frames, self._pending = self._pending, []
+            waiters, self._waiters = self._waiters, []
+            size = sum(len(f) for f in frames)
+            try:
+                if frames:
+                    sealed = await loop.run_in_executor(self._executor, self._write_batch, b"".join(frames))
+                else:
+                    sealed = await loop.run_in_executor(self._executor, self._rotate)
+            except Exception as exc:  # disk full, I/O error: the callers must not get a 202
+                log.exception("spool write failed")
+                for waiter in waiters:
+                    if not waiter.done():
+                        waiter.set_exception(SpoolFull(f"event spool write failed: {exc}"))
+                self.unflushed_bytes -= size
+                continue
+            self.unflushed_bytes -= size
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+            if sealed is not None:
+                self.on_sealed(sealed)
+
+    async def close(self) -> None:
+        """Flush what is pending, seal the segment, stop the writer thread."""
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+        frames, self._pending = self._pending, []
+        waiters, self._waiters = self._waiters, []
+        loop = asyncio.get_running_loop()
+        if frames:
+            await loop.run_in_executor(self._executor, self.writer.write, b"".join(frames))
+        for waiter in waiters:
+            if not waiter.done():
+                waiter.set_result(None)
+        await loop.run_in_executor(self._executor, self.writer.seal)
+        self._executor.shutdown(wait=True)
+
+
+# --------------------------------------------------------------------------- upload
+
+
+SegmentConverter = Callable[[list[list[Any]]], dict[datetime, bytes]]
+"""Records of one segment -> Parquet bytes per partition hour (a UTC datetime truncated to the hour)."""
+
+
+@dataclass
+class UploadStats:
+    uploaded_segments: int = 0
+    uploaded_records: int = 0
+    failures: int = 0
+    quarantined: int = 0
+    last_error: str = ""
+
+
+@dataclass
+class Uploader:
+    """Uploads sealed segments of one log kind, oldest first; deletes each only after verifying it.
+
+    Args:
+        directory: the kind's spool directory.
+        prefix: the log's key prefix (``LOG_PREFIXES[kind]``).
+        store: the object store.
+        convert: records -> Parquet bytes per partition hour.
+    """
+
+    directory: Path
+    prefix: str
+    store: BlobStore
+    convert: SegmentConverter
+    stats: UploadStats = field(default_factory=UploadStats)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def pending(self) -> list[Path]:
+        return sorted(self.directory.glob(f"*{SEALED_SUFFIX}"))
+
+    def key_for(self, segment: Path, hour: datetime) -> str:
+        return f"{self.prefix.rstrip('/')}/dt={hour:%Y-%m-%d}/hour={hour:%H}/{segment.stem}.parquet"
+
+    def run_once(self) -> int:
+        """Recover orphans, then upload every sealed segment; returns how many were uploaded.
+
+        Raises:
+            ObjectStoreError: the store failed (the segment stays for the next try).
+        """
+        with self._lock:
+            recover_orphans(self.directory)
+            done = 0
+            for segment in self.pending():
+                if self._upload(segment):
+                    done += 1
+            return done
+
+    def _upload(self, segment: Path) -> bool:
+        try:
+            fd = os.open(segment, os.O_RDONLY)
+        except FileNotFoundError:
+            return False  # another worker uploaded it
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return False  # another worker is uploading it
+            if not segment.exists():
+                return False
+            data = Path(segment).read_bytes()
+            records, used = read_frames(data)
+            if used != len(data):
+                self._quarantine(segment, data)
+            for hour, parquet in sorted(self.convert(records).items()):
+                key = self.key_for(segment, hour)
+                self.store.put_bytes(key, parquet, content_type="application/vnd.apache.parquet")
+                stored = self.store.get_bytes(key)
+                if stored != parquet:
+                    raise ObjectStoreError(f"verify of {key} failed: stored {len(stored)} bytes, "
+                                           f"uploaded {len(parquet)}")
+            segment.unlink()
+            _fsync_dir(self.directory)
+            self.stats.uploaded_segments += 1
+            self.stats.uploaded_records += len(records)
+            return True
+        finally:
+            os.close(fd)
+
+    def _quarantine(self, segment: Path, data: bytes) -> None:
+        """Keep a copy of a segment with unreadable bytes (beyond a torn tail) for people to inspect."""
+        target = self.directory.parent / "quarantine" / segment.name
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_bytes(data)
+        self.stats.quarantined += 1
+        log.warning("spool segment %s has %d unreadable trailing bytes; copy kept at %s",
+                    segment, len(data) - read_frames(data)[1], target)
+
+
+def iter_hours(timestamps_us: Sequence[int]) -> Iterator[tuple[datetime, list[int]]]:
+    """Group record indexes by the UTC hour of their microsecond timestamps."""
+    groups: dict[int, list[int]] = {}
+    for index, ts in enumerate(timestamps_us):
+        groups.setdefault(int(ts) // 3_600_000_000, []).append(index)
+    for hour, indexes in sorted(groups.items()):
+        yield datetime.fromtimestamp(hour * 3600, tz=UTC), indexes

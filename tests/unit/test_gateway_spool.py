@@ -1,0 +1,225 @@
+"""The event spool: frames, rotation, crash recovery, verified upload, group commit, budget."""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+from modelops.errors import ObjectStoreError
+from modelops.gateway.eventlog import (
+    EventLogs,
+    SpoolConfig,
+    convert_feedback,
+    convert_predictions,
+    feedback_record,
+    prediction_record,
+    scored_converter,
+    scored_record,
+)
+from modelops.gateway.spool import (
+    GroupCommitter,
+    SegmentWriter,
+    SpoolFull,
+    Uploader,
+    encode_frame,
+    read_frames,
+    recover_orphans,
+    spool_usage,
+)
+from modelops.records import FEEDBACK, PREDICTIONS, scored_samples_schema
+
+T0 = datetime(2026, 11, 29, 21, 59, 58, tzinfo=UTC).timestamp()
+
+
+class MemoryStore:
+    """An in-memory object store; ``down`` makes every call fail like an unreachable server."""
+
+    def __init__(self) -> None:
+        self.objects: dict[str, bytes] = {}
+        self.down = False
+        self.puts = 0
+
+    def put_bytes(self, key: str, data: bytes, *, content_type: str = "") -> str:
+        if self.down:
+            raise ObjectStoreError("connection refused")
+        self.puts += 1
+        self.objects[key] = data
+        return ""
+
+    def get_bytes(self, key: str) -> bytes:
+        if self.down:
+            raise ObjectStoreError("connection refused")
+        return self.objects[key]
+
+
+def _feedback(k: int, at: float = T0) -> list[object]:
+    return feedback_record(feedback_token=f"tok-{k}", action="click", ts=at - 5, received_at=at)
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def test_frames_round_trip_and_torn_tail_is_cut() -> None:
+    data = b"".join(encode_frame(_feedback(k)) for k in range(5))
+    records, used = read_frames(data)
+    assert len(records) == 5 and used == len(data)
+    records, used = read_frames(data + encode_frame(_feedback(5))[:-3])
+    assert len(records) == 5 and used == len(data)
+    corrupt = bytearray(data)
+    corrupt[-1] ^= 0xFF
+    assert len(read_frames(bytes(corrupt))[0]) == 4
+
+
+def test_rotation_by_size_and_by_age(tmp_path: Path) -> None:
+    clock = Clock()
+    writer = SegmentWriter(tmp_path, max_bytes=100, max_age_s=5.0, clock=clock)
+    frame = encode_frame(_feedback(0))
+    for _ in range(3):
+        writer.write(frame * 2)
+    sealed = sorted(tmp_path.glob("*.seg"))
+    assert sealed, "a full segment is sealed before the next write"
+    assert writer.rotate_if_due() is None  # the new segment is neither full nor old
+    clock.now += 6
+    aged = writer.rotate_if_due()
+    assert aged is not None and aged.suffix == ".seg"
+    assert not list(tmp_path.glob("*.open"))
+    total = sum(len(read_frames(p.read_bytes())[0]) for p in tmp_path.glob("*.seg"))
+    assert total == 6
+
+
+def test_orphan_of_a_dead_writer_is_recovered_but_a_live_one_is_not(tmp_path: Path) -> None:
+    live = SegmentWriter(tmp_path)
+    live.write(encode_frame(_feedback(1)))
+    dead = SegmentWriter(tmp_path)
+    dead.write(b"".join(encode_frame(_feedback(k)) for k in range(3)))
+    assert dead.current is not None
+    with open(dead.current, "ab") as handle:  # the crash tore the last frame
+        handle.write(encode_frame(_feedback(9))[:7])
+    os.close(dead._fd)  # the process died: its flock is gone
+    recovered = recover_orphans(tmp_path)
+    assert len(recovered) == 1 and recovered[0].suffix == ".seg"
+    assert [r[0] for r in read_frames(recovered[0].read_bytes())[0]] == ["tok-0", "tok-1", "tok-2"]
+    assert live.current is not None and live.current.exists()  # still locked by its writer
+
+
+def test_upload_is_partitioned_verified_and_deletes_only_after_success(tmp_path: Path) -> None:
+    writer = SegmentWriter(tmp_path)
+    # Two hours: 21:59:58 and 22:00:03.
+    writer.write(b"".join(encode_frame(_feedback(k, T0 + 5 * (k % 2))) for k in range(10)))
+    segment = writer.seal()
+    assert segment is not None
+    store = MemoryStore()
+    uploader = Uploader(tmp_path, "logs/feedback", store, convert_feedback)
+    store.down = True
+    with pytest.raises(ObjectStoreError):
+        uploader.run_once()
+    assert segment.exists(), "nothing is deleted while the store is down"
+    store.down = False
+    assert uploader.run_once() == 1
+    assert not segment.exists()
+    assert sorted(k.rsplit("/", 1)[0] for k in store.objects) == [
+        "logs/feedback/dt=2026-11-29/hour=21", "logs/feedback/dt=2026-11-29/hour=22"]
+    tables = [pq.read_table(io.BytesIO(v)) for v in store.objects.values()]
+    assert all(t.schema.equals(FEEDBACK) for t in tables)
+    assert sorted(tok for t in tables for tok in t.column("feedback_token").to_pylist()) == sorted(
+        f"tok-{k}" for k in range(10))
+
+
+def test_prediction_and_scored_conversion_keep_the_record_schemas() -> None:
+    rec = prediction_record(request_id="r1", feedback_token="t", ts=T0, model="m", model_version=3,
+                            model_sha256="a" * 64, user_hash="u", n_items=2, score_mean=0.5, score_max=0.6,
+                            score_std=0.1, latency_ms=1.5, delay_origin="triton")
+    (table_bytes,) = convert_predictions([rec]).values()
+    table = pq.read_table(io.BytesIO(table_bytes))
+    assert table.schema.equals(PREDICTIONS)
+    assert table.column("ts").to_pylist()[0].timestamp() == pytest.approx(T0)
+    names = ["f_a", "f_b", "f_c"]
+    features = np.array([[1.0, np.nan, 3.0], [4.0, 5.0, np.nan]], dtype=np.float32)
+    rec = scored_record(request_id="r1", ts=T0, model="m", model_version=3,
+                        scores=np.array([0.25, 0.75], dtype=np.float32), features=features)
+    (table_bytes,) = scored_converter(names)([rec]).values()
+    table = pq.read_table(io.BytesIO(table_bytes))
+    assert table.schema.equals(scored_samples_schema(names))
+    assert table.column("item_index").to_pylist() == [0, 1]
+    assert table.column("score").to_pylist() == [0.25, 0.75]
+    assert table.column("f_b").to_pylist() == [None, 5.0]
+    assert table.column("f_c").to_pylist() == [3.0, None]
+
+
+def test_group_commit_batches_concurrent_appends_and_each_is_on_disk_when_acknowledged(tmp_path: Path) -> None:
+    writer = SegmentWriter(tmp_path)
+    writes: list[int] = []
+    original = writer.write
+
+    def counting_write(frames: bytes) -> None:
+        writes.append(len(frames))
+        original(frames)
+
+    writer.write = counting_write  # type: ignore[method-assign]
+
+    async def main() -> None:
+        committer = GroupCommitter(writer, budget_bytes=10**9, usage=lambda: 0)
+        committer.start()
+
+        async def one(k: int) -> None:
+            await committer.append(_feedback(k))
+            assert writer.current is not None
+            records = read_frames(writer.current.read_bytes())[0]
+            assert [f"tok-{k}"] == [r[0] for r in records if r[0] == f"tok-{k}"]
+
+        await asyncio.gather(*(one(k) for k in range(200)))
+        await committer.close()
+
+    asyncio.run(main())
+    assert len(writes) < 50, "appends share fsyncs"
+    records = [r for p in tmp_path.glob("*.seg") for r in read_frames(p.read_bytes())[0]]
+    assert len(records) == 200
+
+
+def test_budget_refuses_new_writes(tmp_path: Path) -> None:
+    committer = GroupCommitter(SegmentWriter(tmp_path), budget_bytes=100, usage=lambda: 101)
+    with pytest.raises(SpoolFull):
+        committer.check_budget()
+
+
+def test_event_logs_restart_uploads_leftovers(tmp_path: Path) -> None:
+    store = MemoryStore()
+    store.down = True
+    config = SpoolConfig(upload_interval_s=0.05, max_backoff_s=0.05)
+
+    async def first_run() -> None:
+        logs = EventLogs(tmp_path, store, ["f_a"], config)
+        await logs.start()
+        for k in range(20):
+            await logs.committers["feedback"].append(_feedback(k))
+        await logs.close(upload_timeout_s=0.5)
+
+    asyncio.run(first_run())
+    assert spool_usage(tmp_path)[1] >= 1 and not store.objects
+    store.down = False
+
+    async def second_run() -> None:
+        logs = EventLogs(tmp_path, store, ["f_a"], config)
+        await logs.start()
+        for _ in range(100):
+            if store.objects:
+                break
+            await asyncio.sleep(0.02)
+        await logs.close()
+
+    asyncio.run(second_run())
+    tokens = [t for v in store.objects.values() for t in pq.read_table(io.BytesIO(v)).column(0).to_pylist()]
+    assert sorted(tokens) == sorted(f"tok-{k}" for k in range(20))
+    assert spool_usage(tmp_path) == (0, 0)
