@@ -135,7 +135,7 @@ def broken_reports() -> list[ValidationReport]:
 
 @pytest.mark.parametrize("case", range(len(BROKEN)), ids=[f"{c}-{e}" for c, _, e in BROKEN])
 def test_each_broken_rule_fails_exactly_its_expectation(case: int, broken_reports: list[ValidationReport]) -> None:
-    column, value, expectation = BROKEN[case]
+    column, _, expectation = BROKEN[case]
     report = broken_reports[case]
     assert not report.success
     assert [(o.expectation, o.column) for o in report.failed] == [(expectation, column)]

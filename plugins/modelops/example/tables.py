@@ -32,16 +32,21 @@ from modelops.objectstore import ObjectStore
 
 FEATURES_PREFIX = "features"
 LATEST_KEY = f"{FEATURES_PREFIX}/_latest.json"
+"""The default pointer key (the gateway polls it)."""
 POINTER_SCHEMA_VERSION = 1
 _SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
 
 
-def users_key(snapshot: str) -> str:
-    return f"{FEATURES_PREFIX}/users/v={snapshot}/users.parquet"
+def users_key(snapshot: str, prefix: str = FEATURES_PREFIX) -> str:
+    return f"{prefix}/users/v={snapshot}/users.parquet"
 
 
-def items_key(snapshot: str) -> str:
-    return f"{FEATURES_PREFIX}/items/v={snapshot}/items.parquet"
+def items_key(snapshot: str, prefix: str = FEATURES_PREFIX) -> str:
+    return f"{prefix}/items/v={snapshot}/items.parquet"
+
+
+def latest_key(prefix: str = FEATURES_PREFIX) -> str:
+    return f"{prefix}/_latest.json"
 
 
 @dataclass(frozen=True)
@@ -61,9 +66,7 @@ class FeatureLookup:
     item_positions: NDArray[Any]
 
     @classmethod
-    def from_frames(
-        cls, users: pd.DataFrame, items: pd.DataFrame, names: Sequence[str] | None = None
-    ) -> FeatureLookup:
+    def from_frames(cls, users: pd.DataFrame, items: pd.DataFrame, names: Sequence[str] | None = None) -> FeatureLookup:
         """Prepare ``users`` (user_id + user_*) and ``items`` (item_id + item_*) for lookups.
 
         Args:
@@ -74,9 +77,7 @@ class FeatureLookup:
         Raises:
             ContractError: a named feature is in neither table.
         """
-        names = (
-            tuple(names) if names is not None else tuple(f.name for f in load_features(DEFAULT_FEATURES_FILE))
-        )
+        names = tuple(names) if names is not None else tuple(f.name for f in load_features(DEFAULT_FEATURES_FILE))
         user_cols = [n for n in names if n in users.columns and n != "user_id"]
         item_cols = [n for n in names if n in items.columns and n != "item_id"]
         missing = sorted(set(names) - set(user_cols) - set(item_cols))
@@ -98,14 +99,10 @@ class FeatureLookup:
             item_positions=np.array([position[n] for n in item_cols], dtype=np.int64),
         )
 
-    def matrix(
-        self, user_ids: Sequence[str] | NDArray[Any], item_ids: Sequence[str] | NDArray[Any]
-    ) -> NDArray[Any]:
+    def matrix(self, user_ids: Sequence[str] | NDArray[Any], item_ids: Sequence[str] | NDArray[Any]) -> NDArray[Any]:
         """float32 ``[n, len(names)]`` for pairs (user_ids[k], item_ids[k]); NaN where unknown."""
         if len(user_ids) != len(item_ids):
-            raise ValueError(
-                f"user_ids ({len(user_ids)}) and item_ids ({len(item_ids)}) must have equal length"
-            )
+            raise ValueError(f"user_ids ({len(user_ids)}) and item_ids ({len(item_ids)}) must have equal length")
         u = self.user_index.get_indexer(pd.Index(user_ids))
         i = self.item_index.get_indexer(pd.Index(item_ids))
         u[u < 0] = len(self.user_values) - 1  # the all-NaN row
@@ -169,10 +166,19 @@ def publish_feature_tables(
     items: pd.DataFrame,
     *,
     features: Sequence[Feature] | None = None,
+    prefix: str = FEATURES_PREFIX,
 ) -> PublishedSnapshot:
     """Upload both tables as Parquet under ``v=<snapshot>``, then move ``_latest.json`` to it.
 
     Idempotent: publishing the same tables under the same snapshot writes the same bytes.
+
+    Args:
+        store: the object store (platform bucket).
+        snapshot: the version name, e.g. ``2026-11-29``.
+        users: user_id + the user_* features.
+        items: item_id + the item_* features.
+        features: the feature metadata; ``features.yaml`` when omitted.
+        prefix: the key prefix (tests use their own).
 
     Raises:
         ContractError: a table lacks its key or feature columns, or the snapshot name is bad.
@@ -184,48 +190,52 @@ def publish_feature_tables(
     _check_table(users, "user_id", "user_", features)
     _check_table(items, "item_id", "item_", features)
     store.ensure_bucket()
-    users_sha = store.put_bytes(users_key(snapshot), _parquet_bytes(users))
-    items_sha = store.put_bytes(items_key(snapshot), _parquet_bytes(items))
+    keys = {"users": users_key(snapshot, prefix), "items": items_key(snapshot, prefix)}
+    users_sha = store.put_bytes(keys["users"], _parquet_bytes(users))
+    items_sha = store.put_bytes(keys["items"], _parquet_bytes(items))
     pointer = {
         "schema_version": POINTER_SCHEMA_VERSION,
         "snapshot": snapshot,
-        "users_key": users_key(snapshot),
-        "items_key": items_key(snapshot),
+        "users_key": keys["users"],
+        "items_key": keys["items"],
         "users_sha256": users_sha,
         "items_sha256": items_sha,
         "n_users": len(users),
         "n_items": len(items),
     }
-    store.put_bytes(LATEST_KEY, json.dumps(pointer, indent=2).encode(), content_type="application/json")
+    body = json.dumps(pointer, indent=2).encode()
+    store.put_bytes(latest_key(prefix), body, content_type="application/json")
     return PublishedSnapshot(
-        snapshot,
-        store.uri(users_key(snapshot)),
-        store.uri(items_key(snapshot)),
-        users_sha,
-        items_sha,
-        len(users),
-        len(items),
+        snapshot=snapshot,
+        users_uri=store.uri(keys["users"]),
+        items_uri=store.uri(keys["items"]),
+        users_sha256=users_sha,
+        items_sha256=items_sha,
+        n_users=len(users),
+        n_items=len(items),
     )
 
 
-def read_pointer(store: ObjectStore) -> dict[str, Any]:
+def read_pointer(store: ObjectStore, prefix: str = FEATURES_PREFIX) -> dict[str, Any]:
     """The ``_latest.json`` pointer (cheap: poll this to notice a new snapshot)."""
+    key = latest_key(prefix)
     try:
-        pointer = json.loads(store.get_bytes(LATEST_KEY))
+        pointer = json.loads(store.get_bytes(key))
     except json.JSONDecodeError as exc:
-        raise ContractError(f"{store.uri(LATEST_KEY)} is not valid JSON: {exc}") from exc
+        raise ContractError(f"{store.uri(key)} is not valid JSON: {exc}") from exc
     if not isinstance(pointer, dict) or "snapshot" not in pointer:
-        raise ContractError(f"{store.uri(LATEST_KEY)}: must be an object with a 'snapshot'")
+        raise ContractError(f"{store.uri(key)}: must be an object with a 'snapshot'")
     return pointer
 
 
-def load_feature_tables(store: ObjectStore) -> tuple[pd.DataFrame, pd.DataFrame, str]:
+def load_feature_tables(store: ObjectStore, prefix: str = FEATURES_PREFIX) -> tuple[pd.DataFrame, pd.DataFrame, str]:
     """The newest ``(users, items, snapshot)``, with their sha256 checked against the pointer.
 
     Raises:
         ObjectStoreError: nothing published yet, or a download failed or was corrupted.
+        ContractError: the pointer is not valid.
     """
-    pointer = read_pointer(store)
+    pointer = read_pointer(store, prefix)
     frames: list[pd.DataFrame] = []
     for kind in ("users", "items"):
         key = str(pointer[f"{kind}_key"])
@@ -233,7 +243,7 @@ def load_feature_tables(store: ObjectStore) -> tuple[pd.DataFrame, pd.DataFrame,
         expected = pointer.get(f"{kind}_sha256")
         if expected and hashlib.sha256(data).hexdigest() != expected:
             raise ObjectStoreError(
-                f"{store.uri(key)}: sha256 differs from {LATEST_KEY} (corrupted or replaced)"
+                f"{store.uri(key)}: sha256 differs from {latest_key(prefix)} (corrupted or replaced)"
             )
         frames.append(pq.read_table(io.BytesIO(data)).to_pandas())
     return frames[0], frames[1], str(pointer["snapshot"])
