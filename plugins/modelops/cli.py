@@ -17,6 +17,11 @@ from modelops.errors import ModelopsError
 
 COMMAND_MODULES: tuple[str, ...] = (
     "modelops.stack.commands",
+    "modelops.example.commands",
+    "modelops.contracts.commands",
+    "modelops.serving.commands",
+    "modelops.gateway.commands",
+    "modelops.feedback.commands",
     "modelops.demo",
     "modelops.config_commands",
 )

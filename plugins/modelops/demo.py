@@ -34,9 +34,96 @@ def _urls(cfg: Settings) -> str:
     return "URLs printed"
 
 
+DEMO_MODEL = "recommender"
+_STATE: dict[str, object] = {}
+
+
+def _publish_features(cfg: Settings) -> str:
+    from dataclasses import replace
+
+    from modelops.example.synthetic import WorldSpec, generate_tables
+    from modelops.example.tables import publish_feature_tables
+    from modelops.features import load_features
+    from modelops.objectstore import ObjectStore
+
+    features = load_features()
+    users, items = generate_tables(features, replace(WorldSpec(), seed=7))
+    snapshot = time.strftime("%Y-%m-%d", time.gmtime())
+    published = publish_feature_tables(ObjectStore.from_settings(cfg), snapshot, users, items, features=features)
+    return f"snapshot {published.snapshot}: {len(users)} users, {len(items)} items, {len(features)} features"
+
+
+def _follow(dag_id: str, conf: dict[str, object]) -> str:
+    from modelops.airflow_client import AirflowError, client_from_settings
+
+    client = client_from_settings()
+    run_id = client.trigger(dag_id, conf)
+    print(f"    triggered {dag_id} run {run_id} (watch it at {cfg_url(client.base_url, dag_id, run_id)})")
+    state = client.wait(dag_id, run_id, timeout_s=900,
+                        on_change=lambda s: print(f"    {dag_id}: {s}", flush=True))
+    if state != "success":
+        failed = [t["task_id"] for t in client.task_instances(dag_id, run_id) if t["state"] == "failed"]
+        raise AirflowError(f"{dag_id} run {run_id} ended {state} (failed tasks: {', '.join(failed) or '-'}); "
+                           f"see `modelops stack logs airflow-scheduler` and the task logs in the UI")
+    _STATE[f"{dag_id}:run_id"] = run_id
+    return run_id
+
+
+def cfg_url(base: str, dag_id: str, run_id: str) -> str:
+    return f"{base}/dags/{dag_id}/runs/{run_id}"
+
+
+def _train_and_register(cfg: Settings) -> str:
+    from modelops.airflow_client import client_from_settings
+
+    run_id = _follow("train_and_register", {"model_name": DEMO_MODEL})
+    registered = client_from_settings().xcom("train_and_register", run_id, "register")
+    _STATE["version"] = registered["version"]
+    return f"MLflow {DEMO_MODEL} version {registered['version']} (run {registered['run_id'][:12]})"
+
+
+def _release(cfg: Settings) -> str:
+    from modelops.airflow_client import client_from_settings
+
+    run_id = _follow("model_release", {"model": DEMO_MODEL, "version": str(_STATE["version"])})
+    published = client_from_settings().xcom("model_release", run_id, "publish")
+    _STATE["triton_version"] = published["triton_version"]
+    return (f"Triton {DEMO_MODEL} version {published['triton_version']} (sha256 {published['sha256'][:12]}…), "
+            f"MLflow version {_STATE['version']} in Staging as challenger")
+
+
+def _infer(cfg: Settings) -> str:
+    from dataclasses import replace
+
+    import requests
+
+    from modelops.example.synthetic import WorldSpec, generate_requests
+    from modelops.example.tables import FeatureLookup, load_feature_tables
+    from modelops.objectstore import ObjectStore
+
+    users, items, _snapshot = load_feature_tables(ObjectStore.from_settings(cfg))
+    request = generate_requests(replace(WorldSpec(), seed=11, n_requests=1)).iloc[0]
+    item_ids = list(request["item_ids"])[:5]
+    matrix = FeatureLookup.from_frames(users, items).matrix([request["user_id"]] * len(item_ids), item_ids)
+    version = _STATE["triton_version"]
+    body = {"inputs": [{"name": "features", "shape": list(matrix.shape), "datatype": "FP32",
+                        "data": matrix.ravel().tolist()}]}
+    response = requests.post(f"{cfg.triton_http_url}/v2/models/{DEMO_MODEL}/versions/{version}/infer",
+                             json=body, timeout=30)
+    response.raise_for_status()
+    scores = response.json()["outputs"][0]["data"]
+    for item, score in zip(item_ids, scores, strict=True):
+        print(f"    user {request['user_id']}  item {item}  click probability {score:.4f}")
+    return f"{len(scores)} scores from Triton {DEMO_MODEL} v{version}"
+
+
 STEPS: tuple[Step, ...] = (
     Step("bring the embedded stack up", _stack_up),
     Step("show where to look", _urls),
+    Step("publish the feature tables (object store)", _publish_features),
+    Step("train and register the reference model (Airflow: train_and_register)", _train_and_register),
+    Step("release it: contract gate, Triton publish, verify (Airflow: model_release)", _release),
+    Step("score one request on the released Triton version", _infer),
 )
 
 
