@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from modelops.errors import ServingError
 from modelops.serving.builder import Artifacts, release_files
 from modelops.serving.modelinfo import Manifest, ModelInfo, bundle_sha256, sha256_bytes, verify_files

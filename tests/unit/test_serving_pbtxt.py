@@ -10,6 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
+
 from modelops.errors import ServingError
 from modelops.serving.pbtxt import (
     ModelConfigSpec,

@@ -8,6 +8,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+
 from modelops.errors import ServingError
 from modelops.serving.index_store import allocate_version, index_key, read_index
 from modelops.serving.versions import VersionIndex, assign_version

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,19 +25,36 @@ SETTLE_TIMEOUT_S = 30.0
 
 
 def _apply(client: TritonClient, specs: Mapping[Role, ModelConfigSpec], versions: Sequence[int],
-           order: Sequence[Role]) -> None:
-    for role in order:
-        spec = specs[role].with_versions(versions)
-        expected = config_json(spec)
-        client.load(spec.name, expected)
-        # A version kept across a reload whose files did not change keeps its old config object, so
-        # version_policy is checked by what Triton serves, every other field by the newest version's config.
-        reported = client.model_config(spec.name, max(versions))
-        problems = config_mismatches(expected, {**reported, "version_policy": expected["version_policy"]})
-        if problems:
-            raise ServingError(f"{spec.name}: Triton's config after loading differs from the rendered "
-                               "one:\n  " + "\n  ".join(problems))
-        _wait_served(client, spec.name, sorted(versions))
+           order: Sequence[Role], *, parallel: bool) -> None:
+    """Reload the three models so that each serves exactly ``versions``.
+
+    Loading in parallel is safe because the pipeline calls its steps only at inference time
+    (not in ``initialize``); Triton then starts the python stubs concurrently (~1/3 of the
+    time). Dropping a version goes in ``order`` (pipeline first), so no request reaches a
+    pipeline version whose steps are already gone.
+    """
+    if not parallel:
+        for role in order:
+            _apply_one(client, specs[role].with_versions(versions))
+        return
+    with ThreadPoolExecutor(max_workers=len(order)) as pool:
+        futures = [pool.submit(_apply_one, client, specs[role].with_versions(versions)) for role in order]
+    errors = [str(f.exception()) for f in futures if f.exception() is not None]
+    if errors:
+        raise ServingError("; ".join(errors))
+
+
+def _apply_one(client: TritonClient, spec: ModelConfigSpec) -> None:
+    expected = config_json(spec)
+    client.load(spec.name, expected)
+    # A version kept across a reload whose files did not change keeps its old config object, so
+    # version_policy is checked by what Triton serves, every other field by the newest version's config.
+    reported = client.model_config(spec.name, max(spec.versions))
+    problems = config_mismatches(expected, {**reported, "version_policy": expected["version_policy"]})
+    if problems:
+        raise ServingError(f"{spec.name}: Triton's config after loading differs from the rendered "
+                           "one:\n  " + "\n  ".join(problems))
+    _wait_served(client, spec.name, list(spec.versions))
 
 
 def _wait_served(client: TritonClient, name: str, versions: list[int]) -> None:
@@ -76,7 +94,7 @@ def load_version(client: TritonClient, specs: Mapping[Role, ModelConfigSpec], ve
     previous = {role: client.ready_versions(specs[role].name) for role in ROLES}
     target = sorted(set(previous["ensemble"]) | {version})
     try:
-        _apply(client, specs, target, ROLES)  # steps first: the pipeline calls them
+        _apply(client, specs, target, ROLES, parallel=True)
         not_ready = [specs[r].name for r in ROLES if not client.is_model_ready(specs[r].name, version)]
         if not_ready:
             raise ServingError(f"version {version} not READY after loading: {', '.join(not_ready)}")
@@ -94,7 +112,7 @@ def unload_version(client: TritonClient, specs: Mapping[Role, ModelConfigSpec], 
     """Stop serving ``version``; the others keep serving. Idempotent. Returns the versions left."""
     remaining = [v for v in client.ready_versions(specs["ensemble"].name) if v != version]
     if remaining:
-        _apply(client, specs, remaining, tuple(reversed(ROLES)))  # the pipeline first: it calls the steps
+        _apply(client, specs, remaining, tuple(reversed(ROLES)), parallel=False)
         return remaining
     for role in reversed(ROLES):
         if client.ready_versions(specs[role].name):
