@@ -203,3 +203,58 @@ def test_publishing_an_unknown_mlflow_version_is_a_registry_error(
 
 def test_the_embedded_triton_reads_the_mirrored_repository(stack_settings: Any) -> None:
     assert local_repository(stack_settings) == stack_settings.home / "triton" / "repository"
+
+
+def _infer_outcomes(client: TritonClient, model: str, version: int, n: int) -> tuple[int, list[float]]:
+    """(failures, latencies of the successes in s) of ``n`` single-row requests."""
+    import time
+
+    import numpy as np
+
+    features = {"features": np.zeros((1, 128), dtype=np.float32)}
+    failures, latencies = 0, []
+    for _ in range(n):
+        t0 = time.perf_counter()
+        try:
+            client.infer(model, version, features, ("score",))
+            latencies.append(time.perf_counter() - t0)
+        except ServingError:
+            failures += 1
+    return failures, latencies
+
+
+def test_variants_fail_or_slow_down_as_declared(
+    stack_settings: Any, object_store: ObjectStore, triton_url: str, model_name: str
+) -> None:
+    import statistics
+
+    client = TritonClient(triton_url)
+    good = publish_artifacts(model_name, fixture_artifacts(51), Provenance(), cfg=stack_settings,
+                             store=object_store, client=client)
+    faulty = publish_artifacts(model_name, fixture_artifacts(51, variant={"variant": "faulty-errors",
+                                                                          "error_rate": 0.5}),
+                               Provenance(), cfg=stack_settings, store=object_store, client=client)
+    slow = publish_artifacts(model_name, fixture_artifacts(51, variant={"variant": "slow", "slowdown": 3.0,
+                                                                        "base_ms": 20}),
+                             Provenance(), cfg=stack_settings, store=object_store, client=client)
+    assert len({good.triton_version, faulty.triton_version, slow.triton_version}) == 3  # variant is identity
+
+    failures, _ = _infer_outcomes(client, model_name, faulty.triton_version, 60)
+    assert 10 <= failures <= 50, f"{failures}/60 failed with error_rate 0.5"
+    # Triton counts them as failures of the pipeline version (what the canary analysis reads).
+    import re
+
+    import requests
+
+    metrics = requests.get(stack_settings.triton_metrics_url, timeout=5).text
+    counted = sum(
+        float(m.group(1)) for m in re.finditer(
+            rf'nv_inference_request_failure{{[^}}]*model="{model_name}"[^}}]*version="{faulty.triton_version}"'
+            rf'[^}}]*}} (\S+)', metrics)
+    )
+    assert counted == failures
+    good_failures, good_latency = _infer_outcomes(client, model_name, good.triton_version, 15)
+    slow_failures, slow_latency = _infer_outcomes(client, model_name, slow.triton_version, 15)
+    assert good_failures == slow_failures == 0
+    # base 20 ms x slowdown 3 -> at least 40 ms added per request.
+    assert statistics.median(slow_latency) - statistics.median(good_latency) > 0.035
