@@ -1,0 +1,489 @@
+"""The serving gateway against the real stack: Triton (python backend), the object store, apprise.
+
+The test writes its own tiny Triton models into the stack's local repository (scores are
+a sigmoid of a fixed weighted sum, different per version; one model is slow, one answers
+a constant), publishes small feature tables and a routes document, and starts the gateway
+as a subprocess on a free port (stopped by its PID).
+"""
+
+from __future__ import annotations
+
+import base64
+import io
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+import requests
+
+from modelops.config import Settings
+from modelops.example.tables import FeatureLookup, publish_feature_tables
+from modelops.features import feature_names, load_features
+from modelops.gateway.routes import Routes, VersionRef, choose_version, routes_key, serialize_routes
+from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
+from modelops.objectstore import ObjectStore
+from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS
+from modelops.serving.triton import TritonClient
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[2]
+RUN = uuid.uuid4().hex[:8]
+MODEL = f"gwtest_{RUN}"
+SLOW = f"gwslow_{RUN}"
+FLAT = f"gwflat_{RUN}"
+SHA = {1: "1" * 64, 2: "2" * 64}
+
+MODEL_PY = '''
+import json, time
+import numpy as np
+import triton_python_backend_utils as pb_utils
+
+
+class TritonPythonModel:
+    def initialize(self, args):
+        self.version = int(args["model_version"])
+        config = json.loads(args["model_config"])
+        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
+        self.delay_s = float(params.get("delay_s", "0"))
+        self.flat = params.get("flat", "0") == "1"
+        j = np.arange(128)
+        self.w = ((((j * 7 + self.version) % 11) - 5) / 25.0).astype(np.float32)
+
+    def execute(self, requests):
+        responses = []
+        for request in requests:
+            x = pb_utils.get_input_tensor_by_name(request, "features").as_numpy()
+            z = np.nan_to_num(x, nan=0.0) @ self.w
+            s = np.full_like(z, 0.5) if self.flat else 1.0 / (1.0 + np.exp(-z))
+            if self.delay_s:
+                time.sleep(self.delay_s)
+            out = pb_utils.Tensor("score", s.reshape(-1, 1).astype(np.float32))
+            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
+        return responses
+'''
+
+CONFIG = '''name: "{name}"
+backend: "python"
+max_batch_size: 0
+version_policy: {{ all {{ }} }}
+input [ {{ name: "features" data_type: TYPE_FP32 dims: [ -1, 128 ] }} ]
+output [ {{ name: "score" data_type: TYPE_FP32 dims: [ -1, 1 ] }} ]
+instance_group [ {{ kind: KIND_CPU count: 1 }} ]
+parameters: {{ key: "delay_s" value: {{ string_value: "{delay_s}" }} }}
+parameters: {{ key: "flat" value: {{ string_value: "{flat}" }} }}
+'''
+
+
+def write_test_model(repository: Path, name: str, versions: Sequence[int], *, delay_s: float = 0.0,
+                     flat: bool = False) -> None:
+    """A python-backend model ``name`` with the given versions in a Triton repository folder."""
+    folder = repository / name
+    for version in versions:
+        (folder / str(version)).mkdir(parents=True, exist_ok=True)
+        (folder / str(version) / "model.py").write_text(MODEL_PY)
+    (folder / "config.pbtxt").write_text(CONFIG.format(name=name, delay_s=delay_s, flat="1" if flat else "0"))
+
+
+def feature_tables(seed: int = 7, n_users: int = 60, n_items: int = 120) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Small users/items tables with every feature of features.yaml, values in [0, 1), a few NaN."""
+    rng = np.random.default_rng(seed)
+    names = feature_names(load_features())
+    user_cols = [n for n in names if n.startswith("user_")]
+    item_cols = [n for n in names if n.startswith("item_")]
+    users = pd.DataFrame(rng.random((n_users, len(user_cols))), columns=user_cols)
+    users.iloc[3, 5] = np.nan
+    users.insert(0, "user_id", [f"u_{k:04d}" for k in range(n_users)])
+    items = pd.DataFrame(rng.random((n_items, len(item_cols))), columns=item_cols)
+    items.insert(0, "item_id", [f"i_{k:04d}" for k in range(n_items)])
+    return users, items
+
+
+def routes_doc(model: str, revision: int, stable: int, canary: int | None, weight: float) -> Routes:
+    return Routes(model, revision, VersionRef(stable, SHA.get(stable, "9" * 64)),
+                  None if canary is None else VersionRef(canary, SHA.get(canary, "8" * 64)),
+                  weight, "2026-11-29T21:00:00Z", "test_gateway")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@dataclass
+class GatewayProcess:
+    """A gateway started as ``python -m modelops.gateway serve`` (stopped by its PID)."""
+
+    port: int
+    spool: Path
+    log: Path
+    env: dict[str, str]
+    args: tuple[str, ...]
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self, timeout_s: float = 60.0) -> GatewayProcess:
+        handle = self.log.open("ab")
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "modelops.gateway", "serve", "--port", str(self.port), "--workers", "1",
+             "--spool-dir", str(self.spool), *self.args],
+            env=self.env, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT)
+        handle.close()
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise AssertionError(f"gateway exited with {self.proc.returncode}: {self.log.read_text()[-3000:]}")
+            try:
+                if requests.get(f"{self.url}/healthz", timeout=1).status_code == 200:
+                    return self
+            except requests.RequestException:
+                pass
+            time.sleep(0.2)
+        raise AssertionError(f"gateway not healthy in {timeout_s} s: {self.log.read_text()[-3000:]}")
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            os.kill(self.proc.pid, sig)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.kill(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(timeout=10)
+        self.proc = None
+
+
+def gateway_env(cfg: Settings, **overrides: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "plugins"), env.get("PYTHONPATH", "")) if p)
+    env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
+    env["MODELOPS_HOME"] = str(cfg.home)
+    env.update(overrides)
+    return env
+
+
+# ---------------------------------------------------------------------------- fixtures
+
+
+@pytest.fixture(scope="module")
+def served(stack_settings: Settings, object_store: ObjectStore, triton_url: str) -> dict[str, Any]:
+    """Test models loaded in Triton, feature tables and routes published."""
+    repository = stack_settings.home / "triton" / "repository"
+    write_test_model(repository, MODEL, [1, 2])
+    write_test_model(repository, SLOW, [1], delay_s=1.5)
+    write_test_model(repository, FLAT, [1], flat=True)
+    triton = TritonClient(triton_url)
+    for name in (MODEL, SLOW, FLAT):
+        triton.load(name)
+    object_store.ensure_bucket()
+    users, items = feature_tables()
+    publish_feature_tables(object_store, f"gwtest-{RUN}", users, items)
+    object_store.put_bytes(routes_key(MODEL), serialize_routes(routes_doc(MODEL, 1, 1, 2, 0.5)))
+    object_store.put_bytes(routes_key(SLOW), serialize_routes(routes_doc(SLOW, 1, 1, None, 0.0)))
+    object_store.put_bytes(routes_key(FLAT), serialize_routes(routes_doc(FLAT, 1, 1, None, 0.0)))
+    yield {"triton": triton, "lookup": FeatureLookup.from_frames(users, items), "users": users, "items": items}
+    for name in (MODEL, SLOW, FLAT):
+        try:
+            triton.unload(name)
+        except Exception:
+            pass
+        object_store.delete(routes_key(name))
+
+
+@pytest.fixture(scope="module")
+def gateway(served: dict[str, Any], stack_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[
+        GatewayProcess]:
+    base = tmp_path_factory.mktemp("gateway")
+    process = GatewayProcess(
+        free_port(), base / "spool", base / "gateway.log", gateway_env(stack_settings),
+        ("--max-deadline-ms", "1000", "--max-body-bytes", "65536", "--segment-max-age-s", "1",
+         "--collapse-hold-s", "2", "--collapse-min-scores", "20", "--routes-poll-s", "0.3"))
+    process.start()
+    yield process
+    process.stop()
+
+
+def predict(gw: GatewayProcess, model: str, body: Any, **headers: str) -> requests.Response:
+    return requests.post(f"{gw.url}/v1/models/{model}/predict", json=body, headers=headers, timeout=10)
+
+
+def good_body(user: str = "u_0001", n: int = 5) -> dict[str, Any]:
+    return {"user_id": user, "item_ids": [f"i_{k:04d}" for k in range(n)], "timestamp": 1764460800}
+
+
+def direct_scores(triton_url: str, model: str, version: int, features: np.ndarray) -> np.ndarray:
+    """Scores straight from Triton with NVIDIA's own client (binary tensors: NaN travels as is)."""
+    import tritonclient.http as httpclient
+
+    client = httpclient.InferenceServerClient(triton_url.removeprefix("http://"))
+    tensor = httpclient.InferInput("features", list(features.shape), "FP32")
+    tensor.set_data_from_numpy(features.astype(np.float32), binary_data=True)
+    result = client.infer(model, [tensor], model_version=str(version),
+                          outputs=[httpclient.InferRequestedOutput("score", binary_data=True)])
+    return np.asarray(result.as_numpy("score")).reshape(-1)
+
+
+def triton_inference_count(triton: TritonClient, model: str) -> int:
+    stats = triton.session.get(f"{triton.base_url}/v2/models/{model}/stats", timeout=5).json()
+    return sum(int(s["inference_count"]) for s in stats["model_stats"])
+
+
+# ---------------------------------------------------------------------------- tests
+
+
+def test_predict_returns_the_scores_of_triton_with_sticky_versions(gateway: GatewayProcess,
+                                                                   served: dict[str, Any]) -> None:
+    triton: TritonClient = served["triton"]
+    routes = routes_doc(MODEL, 1, 1, 2, 0.5)
+    seen: set[int] = set()
+    for k in range(0, 40, 3):
+        user = f"u_{k:04d}"
+        items = [f"i_{(k * 5 + j) % 130:04d}" for j in range(1 + k % 7)]  # some unknown items (NaN)
+        response = predict(gateway, MODEL, {"user_id": user, "item_ids": items, "timestamp": 1764460800},
+                           **{"X-Request-ID": f"req-{RUN}-{k}"})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        expected_version = choose_version(routes, user)
+        assert body["model_version"] == expected_version.version
+        assert response.headers["X-Model-Version"] == expected_version.label
+        assert response.headers["X-Request-ID"] == f"req-{RUN}-{k}"
+        assert float(response.headers["X-Inference-Latency"]) > 0
+        features = served["lookup"].matrix([user] * len(items), items)
+        direct = direct_scores(triton.base_url, MODEL, expected_version.version, features)
+        np.testing.assert_array_equal(np.asarray(body["scores"], dtype=np.float32), direct.reshape(-1))
+        again = predict(gateway, MODEL, {"user_id": user, "item_ids": items, "timestamp": 1764460800})
+        assert again.json()["model_version"] == body["model_version"], "one user sees one version"
+        assert again.headers["X-Request-ID"] != f"req-{RUN}-{k}"
+        seen.add(body["model_version"])
+    assert seen == {1, 2}
+
+
+def test_contract_errors_are_400_and_never_reach_triton(gateway: GatewayProcess, served: dict[str, Any]) -> None:
+    triton: TritonClient = served["triton"]
+    before = triton_inference_count(triton, MODEL)
+    body = good_body()
+    body["item_ids"][3] = "x" * 33
+    response = predict(gateway, MODEL, body)
+    assert response.status_code == 400
+    assert response.json() == {"error": "contract_violation", "field": "item_ids[3]", "rule": "maxLength 32",
+                               "value": "x" * 33, "message": response.json()["message"]}
+    for bad in ({**good_body(), "user_id": "a b"}, {**good_body(), "extra": 1}, {"user_id": "u"},
+                {**good_body(), "timestamp": "now"}, [1, 2]):
+        assert predict(gateway, MODEL, bad).status_code == 400
+    response = requests.post(f"{gateway.url}/v1/models/{MODEL}/predict", data=b"{not json",
+                             headers={"Content-Type": "application/json"}, timeout=5)
+    assert response.status_code == 400 and response.json()["error"] == "invalid_json"
+    assert predict(gateway, MODEL, good_body(), **{"Inference-Timeout": "soon"}).status_code == 400
+    assert triton_inference_count(triton, MODEL) == before
+
+
+def test_size_type_and_unknown_model(gateway: GatewayProcess) -> None:
+    big = json.dumps({**good_body(), "user_id": "u" * 70000}).encode()
+    response = requests.post(f"{gateway.url}/v1/models/{MODEL}/predict", data=big,
+                             headers={"Content-Type": "application/json"}, timeout=5)
+    assert response.status_code == 413
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: the gateway stops reading past the limit
+        for _ in range(100):
+            yield b" " * 4096
+
+    response = requests.post(f"{gateway.url}/v1/models/{MODEL}/predict", data=chunks(),
+                             headers={"Content-Type": "application/json"}, timeout=5)
+    assert response.status_code == 413
+    response = requests.post(f"{gateway.url}/v1/models/{MODEL}/predict", data=json.dumps(good_body()),
+                             headers={"Content-Type": "text/plain"}, timeout=5)
+    assert response.status_code == 415
+    response = predict(gateway, f"nosuch_{RUN}", good_body())
+    assert response.status_code == 404 and response.json()["error"] == "unknown_model"
+
+
+def test_deadline_504_and_header_cannot_raise_it(gateway: GatewayProcess) -> None:
+    started = time.monotonic()
+    response = predict(gateway, SLOW, good_body(), **{"Inference-Timeout": "200"})
+    assert response.status_code == 504
+    assert time.monotonic() - started < 1.2
+    started = time.monotonic()
+    response = predict(gateway, SLOW, good_body(), **{"Inference-Timeout": "100000"})
+    assert response.status_code == 504, "the configured maximum (1000 ms) still applies"
+    assert 0.9 < time.monotonic() - started < 1.45
+    time.sleep(2.5)  # let the slow model drain its queue
+
+
+def test_triton_unreachable_is_503_with_retry_after(served: dict[str, Any], stack_settings: Settings,
+                                                    tmp_path: Path) -> None:
+    closed = f"http://127.0.0.1:{free_port()}"
+    process = GatewayProcess(free_port(), tmp_path / "spool", tmp_path / "gw.log",
+                             gateway_env(stack_settings, MODELOPS_TRITON_URL=closed), ())
+    process.start()
+    try:
+        response = predict(process, MODEL, good_body())
+        assert response.status_code == 503 and response.headers["Retry-After"] == "1"
+        assert response.json()["error"] == "triton_unavailable"
+    finally:
+        process.stop()
+
+
+def test_feedback_status_codes(gateway: GatewayProcess, stack_settings: Settings) -> None:
+    response = predict(gateway, MODEL, good_body())
+    token = response.json()["feedback_token"]
+    url = f"{gateway.url}/v1/feedback"
+    ok = requests.post(url, json={"feedback_token": token, "action": "click", "timestamp": time.time()}, timeout=5)
+    assert ok.status_code == 202 and ok.json()["request_id"] == response.headers["X-Request-ID"]
+    bad_action = requests.post(url, json={"feedback_token": token, "action": "like", "timestamp": time.time()},
+                               timeout=5)
+    assert bad_action.status_code == 400 and bad_action.json()["field"] == "action"
+    body, signature = token.split(".")
+    claims = json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))
+    claims["v"] = 99
+    forged = base64.urlsafe_b64encode(json.dumps(claims).encode()).rstrip(b"=").decode() + "." + signature
+    tampered = requests.post(url, json={"feedback_token": forged, "action": "click", "timestamp": time.time()},
+                             timeout=5)
+    assert tampered.status_code == 401
+    secret = resolve_secret(stack_settings.feedback_secret, stack_settings.home)
+    old = issue_token(secret, TokenClaims("old", MODEL, 1, "1" * 12, time.time() - 25 * 3600))
+    expired = requests.post(url, json={"feedback_token": old, "action": "click", "timestamp": time.time()},
+                            timeout=5)
+    assert expired.status_code == 410
+    metrics = requests.get(f"{gateway.url}/metrics", timeout=5).text
+    version = response.json()["model_version"]
+    assert f'modelops_gateway_feedback_events_total{{model="{MODEL}",version="{version}",action="click"}} 1' in metrics
+
+
+def test_routes_change_is_applied_within_two_seconds(gateway: GatewayProcess, object_store: ObjectStore) -> None:
+    object_store.put_bytes(routes_key(MODEL), serialize_routes(routes_doc(MODEL, 2, 1, 2, 0.1)))
+    started = time.monotonic()
+    revision = 0
+    while time.monotonic() - started < 5:
+        revision = requests.get(f"{gateway.url}/v1/routes", timeout=5).json()["models"][MODEL]["revision"]
+        if revision == 2:
+            break
+        time.sleep(0.05)
+    assert revision == 2 and time.monotonic() - started < 2.0
+    assert f'modelops_gateway_routes_revision{{model="{MODEL}"}} 2' in requests.get(
+        f"{gateway.url}/metrics", timeout=5).text
+    object_store.put_bytes(routes_key(MODEL), b"{broken")  # unreadable: the last good routes stay
+    time.sleep(1.0)
+    assert requests.get(f"{gateway.url}/v1/routes", timeout=5).json()["models"][MODEL]["revision"] == 2
+    assert predict(gateway, MODEL, good_body()).status_code == 200
+    assert f'modelops_gateway_routes_errors_total{{model="{MODEL}"}}' in requests.get(
+        f"{gateway.url}/metrics", timeout=5).text
+    object_store.put_bytes(routes_key(MODEL), serialize_routes(routes_doc(MODEL, 3, 1, 2, 0.5)))
+
+
+def _log_rows(store: ObjectStore, prefix: str, column: str, wanted: set[str]) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for key in store.list_keys(prefix + "/"):
+        table = pq.read_table(io.BytesIO(store.get_bytes(key)))
+        if prefix.endswith("predictions"):
+            assert table.schema.equals(PREDICTIONS)
+        if prefix.endswith("feedback"):
+            assert table.schema.equals(FEEDBACK)
+        rows.extend(r for r in table.to_pylist() if r[column] in wanted)
+    return rows
+
+
+def test_prediction_and_scored_sample_logs_reach_the_store(gateway: GatewayProcess,
+                                                           object_store: ObjectStore) -> None:
+    ids = {f"log-{RUN}-{k}" for k in range(5)}
+    for request_id in ids:
+        assert predict(gateway, MODEL, good_body(n=3), **{"X-Request-ID": request_id}).status_code == 200
+    deadline = time.monotonic() + 30
+    rows: list[dict[str, Any]] = []
+    while time.monotonic() < deadline:
+        rows = _log_rows(object_store, LOG_PREFIXES["predictions"], "request_id", ids)
+        if len(rows) == len(ids):
+            break
+        time.sleep(1)
+    assert {r["request_id"] for r in rows} == ids
+    assert all(r["n_items"] == 3 and r["model"] == MODEL and r["feedback_token"] for r in rows)
+    samples = _log_rows(object_store, LOG_PREFIXES["scored_samples"], "request_id", ids)
+    assert len(samples) == 3 * len(ids)
+    assert all(r["user_age_days"] is not None for r in samples)
+
+
+def test_prediction_collapse_notifies_once(gateway: GatewayProcess, notifications: Any) -> None:
+    before = len(notifications.messages)
+    for k in range(10):
+        assert predict(gateway, FLAT, good_body(f"u_{k:04d}", n=5)).status_code == 200
+    deadline = time.monotonic() + 15
+    while time.monotonic() < deadline and len(notifications.messages) == before:
+        time.sleep(0.2)
+    time.sleep(3)  # the watch keeps running: still one notification
+    ours = [m for m in notifications.messages[before:] if FLAT in json.dumps(m)]
+    assert len(ours) == 1
+    metrics = requests.get(f"{gateway.url}/metrics", timeout=5).text
+    assert f'ml_prediction_collapse{{model="{FLAT}",version="1"}} 1' in metrics
+    assert f'ml_prediction_std{{model="{FLAT}",version="1"}} 0' in metrics
+
+
+def test_kill9_during_a_feedback_burst_loses_no_acknowledged_event(
+        served: dict[str, Any], stack_settings: Settings, object_store: ObjectStore, tmp_path: Path) -> None:
+    secret = resolve_secret(stack_settings.feedback_secret, stack_settings.home)
+    process = GatewayProcess(free_port(), tmp_path / "spool", tmp_path / "gw.log", gateway_env(stack_settings),
+                             ("--segment-max-age-s", "60"))  # nothing uploads before the kill
+    process.start()
+    now = time.time()
+    tokens = [issue_token(secret, TokenClaims(f"burst-{RUN}-{k}", MODEL, 1, "1" * 12, now)) for k in range(5000)]
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+    local = threading.local()
+
+    def send(token: str) -> None:
+        session = getattr(local, "session", None) or requests.Session()
+        local.session = session
+        try:
+            response = session.post(f"{process.url}/v1/feedback", timeout=5,
+                                    json={"feedback_token": token, "action": "click", "timestamp": now})
+        except requests.RequestException:
+            return
+        if response.status_code == 202:
+            with lock:
+                acknowledged.append(token)
+
+    def killer() -> None:
+        while len(acknowledged) < 1500:
+            time.sleep(0.005)
+        assert process.proc is not None
+        os.kill(process.proc.pid, signal.SIGKILL)
+
+    kill = threading.Thread(target=killer)
+    kill.start()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(send, tokens))
+    kill.join()
+    assert process.proc is not None
+    process.proc.wait(timeout=10)
+    assert 1500 <= len(acknowledged) < 5000, "the kill happened during the burst"
+    assert list((tmp_path / "spool" / "feedback").glob("*.open")), "the dead gateway left an open segment"
+    process.start()  # the same spool: leftovers are sealed and uploaded at start
+    wanted = set(acknowledged)
+    deadline = time.monotonic() + 60
+    found: set[str] = set()
+    while time.monotonic() < deadline:
+        found = {r["feedback_token"] for r in _log_rows(object_store, LOG_PREFIXES["feedback"], "feedback_token",
+                                                        set(tokens))}
+        if wanted <= found:
+            break
+        time.sleep(1)
+    process.stop()
+    lost = wanted - found
+    print(f"feedback burst: {len(acknowledged)} acknowledged, {len(found)} in the store, {len(lost)} lost")
+    assert not lost
