@@ -97,23 +97,23 @@ class ValidationReport:
 
 
 def _jsonable(value: Any) -> Any:
-    """A JSON-safe copy (numpy scalars, NaN, arrays and unknown objects made plain)."""
-    return json.loads(json.dumps(value, default=_default, allow_nan=True).replace("NaN", "null"))
-
-
-def _default(value: Any) -> Any:
-    if hasattr(value, "tolist"):
-        return value.tolist()
+    """A plain-JSON copy: numpy values and arrays made native, NaN/inf made null, the rest str()."""
+    if hasattr(value, "tolist") and not isinstance(value, str):
+        value = value.tolist()
     if isinstance(value, Mapping):
-        return dict(value)
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | set | frozenset):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if value is None or isinstance(value, str | int | bool):
+        return value
     return str(value)
 
 
 def _short(value: Any, limit: int = 60) -> str:
-    if hasattr(value, "tolist"):
-        value = value.tolist()
-    text = value if isinstance(value, str) else json.dumps(value, default=str)
-    text = repr(value) if isinstance(value, str) else text
+    """A value as a short display string (strings quoted, the rest as JSON)."""
+    text = repr(value) if isinstance(value, str) else json.dumps(_jsonable(value))
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
