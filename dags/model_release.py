@@ -42,20 +42,22 @@ PARAMS = {
 def model_release() -> None:
     @task(retries=2)
     def resolve_candidate() -> dict[str, str]:
+        from modelops.airflow_tasks import gate
         from modelops.release.steps import resolve_candidate as resolve
 
         context = get_current_context()
         params: dict[str, Any] = context["params"]
-        return resolve(params, release_run_id=f"airflow:{context['dag_run'].run_id}").as_dict()
+        return gate(resolve)(params, release_run_id=f"airflow:{context['dag_run'].run_id}").as_dict()
 
     @task(retries=1)
     def contract_gate(candidate: dict[str, str]) -> dict[str, Any]:
-        from modelops.release.steps import contract_gate as gate
+        from modelops.airflow_tasks import gate
+        from modelops.release.steps import contract_gate as check_contract
 
-        return gate(candidate)
+        return gate(check_contract)(candidate)
 
     @task(retries=2)
-    def publish(candidate: dict[str, str], gate: dict[str, Any]) -> dict[str, Any]:
+    def publish(candidate: dict[str, str], contract: dict[str, Any]) -> dict[str, Any]:
         from modelops.release.steps import publish as publish_version
 
         return publish_version(candidate)
@@ -67,8 +69,8 @@ def model_release() -> None:
         return verify(candidate, published)
 
     candidate = resolve_candidate()
-    gate = contract_gate(candidate)
-    published = publish(candidate, gate)
+    contract = contract_gate(candidate)
+    published = publish(candidate, contract)
     verify_served(candidate, published)
 
 

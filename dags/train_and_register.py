@@ -45,10 +45,11 @@ def train_and_register() -> None:
 
     @task(retries=2)
     def register(run_uri: str) -> dict[str, str]:
+        from modelops.airflow_tasks import gate
         from modelops.release.registration import register as register_run
 
         context = get_current_context()
-        return register_run(run_uri, str(context["params"]["model_name"]),
+        return gate(register_run)(run_uri, str(context["params"]["model_name"]),
                             registered_by=f"airflow:{context['dag_run'].run_id}")
 
     register(train_or_take_run())

@@ -16,17 +16,21 @@ from pathlib import Path
 
 import pytest
 
+from modelops.config import Settings
+from tests.support.receiver import NotificationReceiver
+
+_BASE = int(os.environ.get("MODELOPS_TEST_PORT_BASE", "47000"))  # another base runs a second suite beside
 TEST_ENV = {
-    "MODELOPS_S3_PORT": "47310",
-    "MODELOPS_MLFLOW_PORT": "47510",
-    "MODELOPS_TRITON_HTTP_PORT": "47300",
-    "MODELOPS_TRITON_GRPC_PORT": "47301",
-    "MODELOPS_TRITON_METRICS_PORT": "47302",
-    "MODELOPS_AIRFLOW_PORT": "47380",
-    "MODELOPS_AIRFLOW_WORKER_LOG_PORT": "47393",
-    "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": "47394",
-    "MODELOPS_GATEWAY_PORT": "47400",
-    "MODELOPS_POSTGRES_PORT": "47532",
+    "MODELOPS_S3_PORT": str(_BASE + 310),
+    "MODELOPS_MLFLOW_PORT": str(_BASE + 510),
+    "MODELOPS_TRITON_HTTP_PORT": str(_BASE + 300),
+    "MODELOPS_TRITON_GRPC_PORT": str(_BASE + 301),
+    "MODELOPS_TRITON_METRICS_PORT": str(_BASE + 302),
+    "MODELOPS_AIRFLOW_PORT": str(_BASE + 380),
+    "MODELOPS_AIRFLOW_WORKER_LOG_PORT": str(_BASE + 393),
+    "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": str(_BASE + 394),
+    "MODELOPS_GATEWAY_PORT": str(_BASE + 400),
+    "MODELOPS_POSTGRES_PORT": str(_BASE + 532),
     "MODELOPS_AIRFLOW_PASSWORD": "modelops-test",
     "MODELOPS_FEEDBACK_SECRET": "modelops-test-feedback-secret",
 }
@@ -69,11 +73,20 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 @pytest.fixture(scope="session")
-def stack_settings() -> Iterator[object]:
+def notifications() -> Iterator[NotificationReceiver]:
+    """A local apprise (json://) receiver; the test stack's MODELOPS_NOTIFY_URLS points at it."""
+    with NotificationReceiver() as receiver:
+        yield receiver
+
+
+@pytest.fixture(scope="session")
+def stack_settings(notifications: NotificationReceiver) -> Iterator[Settings]:
     """The settings of the running test stack (brought up once, torn down at the end)."""
     from modelops.config import settings
     from modelops.stack import launcher
 
+    os.environ["MODELOPS_NOTIFY_URLS"] = notifications.url
+    settings.cache_clear()
     cfg = settings()
     launcher.up(cfg, progress=lambda line: print(line, flush=True))
     yield cfg

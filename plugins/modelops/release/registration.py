@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from modelops.errors import GateFailed
+from modelops.errors import GateFailed, RegistryError
 
 
 def train_reference(params: Mapping[str, Any]) -> str:
@@ -39,7 +39,10 @@ def register(run_uri: str, model: str, *, registered_by: str) -> dict[str, str]:
 
     if not model:
         raise GateFailed("model_name: required (example: recommender)")
-    parsed = parse_run_uri(run_uri)
+    try:
+        parsed = parse_run_uri(run_uri)
+    except RegistryError as exc:  # a malformed form value fails the same way on every retry
+        raise GateFailed(f"run_uri: {exc}") from exc
     registry = MlflowRegistry.from_settings()
     run_tags = registry.run_tags(parsed.run_id)
     tags = {"modelops.registered_by": registered_by, "modelops.source_run_uri": str(parsed)}
