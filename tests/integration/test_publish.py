@@ -66,11 +66,12 @@ def log_run(mlflow_uri: str, artifacts: Artifacts, name: str) -> tuple[str, str]
     return run.info.run_id, version.version
 
 
-def count_puts(store: ObjectStore) -> list[str]:
-    """Keys of every PutObject the store's client sends from now on."""
+def count_writes(store: ObjectStore) -> list[str]:
+    """Keys of every PutObject / CopyObject / DeleteObject the store's client sends from now on."""
     keys: list[str] = []
-    store.client.meta.events.register("before-parameter-build.s3.PutObject",
-                                      lambda params, **_: keys.append(params["Key"]))
+    for operation in ("PutObject", "CopyObject", "DeleteObject"):
+        store.client.meta.events.register(f"before-parameter-build.s3.{operation}",
+                                          lambda params, **_: keys.append(params["Key"]))
     return keys
 
 
@@ -90,11 +91,13 @@ def test_two_mlflow_versions_serve_side_by_side_and_republish_uploads_nothing(
     run1, v1 = log_run(mlflow_uri, first, model_name)
     _, v2 = log_run(mlflow_uri, second, model_name)
 
-    puts = count_puts(object_store)
+    puts = count_writes(object_store)
     r1 = publish_version(model_name, v1, cfg=stack_settings, store=object_store, client=client)
     r2 = publish_version(model_name, v2, cfg=stack_settings, store=object_store, client=client)
     assert f"{REPOSITORY_PREFIX}{model_name}_model/2/model.onnx" in puts
     assert puts[-1] == f"{REPOSITORY_PREFIX}{marker_path(model_name, 2)}", "_COMPLETE must be written last"
+    assert any(key.startswith(f"triton/staging/{model_name}/2/") for key in puts), "uploads go via staging"
+    assert list(object_store.list_keys(f"triton/staging/{model_name}/")) == [], "staging is cleaned up"
     assert (r1.triton_version, r2.triton_version) == (1, 2)
     assert r1.uploaded and r2.uploaded and r1.loaded and r2.loaded
     assert r1.sha256 != r2.sha256

@@ -3,12 +3,12 @@
 Store layout (bucket ``settings().bucket``, prefix :data:`REPOSITORY_PREFIX`) is a
 Triton repository (see :mod:`modelops.serving.builder`), plus ``NAME/<N>/_COMPLETE``.
 
-Upload (:func:`upload_release`): the version's files are written, each is read back
-and its sha256 compared, and only then ``_COMPLETE`` with the manifest is written,
-last. Until ``_COMPLETE`` exists the version folder is a staging area: nothing
-mirrors or loads it, and a crashed upload is simply rewritten by the next publish
-(the sha256 keeps its integer). Re-publishing a complete, identical version writes
-nothing.
+Upload (:func:`upload_release`): the version's files are written under a staging
+prefix (``triton/staging/NAME/N/<token>/``) and read back (sha256 compared), copied
+server-side into the repository and read back again, and only then ``_COMPLETE`` with
+the manifest is written, last. A version without ``_COMPLETE`` is never mirrored or
+loaded; a crashed upload is simply redone by the next publish (the sha256 keeps its
+integer). Re-publishing a complete, identical version writes nothing.
 
 Mirror (:func:`mirror_release`): the embedded Triton reads a local directory. A
 complete version is downloaded into a temporary folder beside the repository, every
@@ -30,6 +30,8 @@ from modelops.objectstore import ObjectStore
 from modelops.serving.modelinfo import COMPLETE_MARKER, Manifest, sha256_bytes, verify_files
 
 REPOSITORY_PREFIX = "triton/repository/"
+STAGING_PREFIX = "triton/staging/"
+"""Uploads land here first; only verified files are copied into the repository."""
 
 
 def marker_path(model: str, version: int) -> str:
@@ -81,17 +83,40 @@ def upload_release(store: ObjectStore, manifest: Manifest, files: Mapping[str, b
         if existing.content_equal(manifest):
             return wrote_config
     store.delete(prefix + marker_path(manifest.model, manifest.triton_version))
-    for path in manifest.files:
-        store.put_bytes(prefix + path, files[path])
-    read_back = {path: sha256_bytes(store.get_bytes(prefix + path)) for path in manifest.files}
-    problems = verify_files(manifest, read_back)
-    if problems:
-        raise ServingError(
-            "upload verification failed, version not marked complete:\n  " + "\n  ".join(problems)
-        )
+    staging = f"{STAGING_PREFIX}{manifest.model}/{manifest.triton_version}/{uuid.uuid4().hex[:12]}/"
+    try:
+        for path in manifest.files:
+            store.put_bytes(staging + path, files[path])
+        _verify_in_store(store, manifest, staging, "staged upload")
+        for path in manifest.files:
+            _copy(store, staging + path, prefix + path)
+        _verify_in_store(store, manifest, prefix, "repository copy")
+    finally:
+        for path in manifest.files:
+            store.delete(staging + path)
     store.put_bytes(prefix + marker_path(manifest.model, manifest.triton_version), manifest.to_json(),
                     content_type="application/json")
     return True
+
+
+def _verify_in_store(store: ObjectStore, manifest: Manifest, prefix: str, what: str) -> None:
+    """Re-read every file of ``manifest`` under ``prefix`` and compare its sha256."""
+    read_back = {path: sha256_bytes(store.get_bytes(prefix + path)) for path in manifest.files}
+    problems = verify_files(manifest, read_back)
+    if problems:
+        raise ServingError(f"{what} verification failed ({store.uri(prefix)}), version not marked "
+                           "complete:\n  " + "\n  ".join(problems))
+
+
+def _copy(store: ObjectStore, source: str, target: str) -> None:
+    """Server-side copy inside the bucket (the ObjectStore adapter has no copy yet)."""
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    try:
+        store.client.copy_object(Bucket=store.bucket, Key=target,
+                                 CopySource={"Bucket": store.bucket, "Key": source})
+    except (ClientError, BotoCoreError) as exc:
+        raise ObjectStoreError(f"copy {store.uri(source)} -> {store.uri(target)} failed: {exc}") from exc
 
 
 def _local_manifest_ok(root: Path, manifest: Manifest) -> bool:
