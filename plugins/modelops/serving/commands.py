@@ -19,28 +19,17 @@ def _publish(args: argparse.Namespace) -> int:
 
 
 def _load(args: argparse.Namespace) -> int:
-    from modelops.config import settings
-    from modelops.objectstore import ObjectStore
-    from modelops.serving.loader import load_version
-    from modelops.serving.publisher import local_repository, specs_for
-    from modelops.serving.repository import mirror_release
-    from modelops.serving.triton import TritonClient
+    from modelops.serving.api import load_version
 
-    cfg = settings()
-    mirror_release(ObjectStore.from_settings(cfg), args.model, args.triton_version, local_repository(cfg))
-    served = load_version(TritonClient.from_settings(cfg), specs_for(args.model, cfg), args.triton_version)
+    served = load_version(args.model, args.triton_version)
     print(f"{args.model}: serving versions {served}")
     return 0
 
 
 def _unload(args: argparse.Namespace) -> int:
-    from modelops.config import settings
-    from modelops.serving.loader import unload_version
-    from modelops.serving.publisher import specs_for
-    from modelops.serving.triton import TritonClient
+    from modelops.serving.api import unload_version
 
-    cfg = settings()
-    left = unload_version(TritonClient.from_settings(cfg), specs_for(args.model, cfg), args.triton_version)
+    left = unload_version(args.model, args.triton_version)
     print(f"{args.model}: serving versions {left or 'none'}")
     return 0
 
