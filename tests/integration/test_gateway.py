@@ -9,6 +9,7 @@ as a subprocess on a free port (stopped by its PID).
 from __future__ import annotations
 
 import base64
+import contextlib
 import io
 import json
 import os
@@ -19,22 +20,22 @@ import sys
 import threading
 import time
 import uuid
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 import requests
 
 from modelops.config import Settings
+from modelops.errors import ServingError
 from modelops.example.tables import FeatureLookup, publish_feature_tables
-from modelops.features import feature_names, load_features
 from modelops.gateway.routes import Routes, VersionRef, choose_version, routes_key, serialize_routes
+from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.objectstore import ObjectStore
 from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS
@@ -48,71 +49,6 @@ MODEL = f"gwtest_{RUN}"
 SLOW = f"gwslow_{RUN}"
 FLAT = f"gwflat_{RUN}"
 SHA = {1: "1" * 64, 2: "2" * 64}
-
-MODEL_PY = '''
-import json, time
-import numpy as np
-import triton_python_backend_utils as pb_utils
-
-
-class TritonPythonModel:
-    def initialize(self, args):
-        self.version = int(args["model_version"])
-        config = json.loads(args["model_config"])
-        params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
-        self.delay_s = float(params.get("delay_s", "0"))
-        self.flat = params.get("flat", "0") == "1"
-        j = np.arange(128)
-        self.w = ((((j * 7 + self.version) % 11) - 5) / 25.0).astype(np.float32)
-
-    def execute(self, requests):
-        responses = []
-        for request in requests:
-            x = pb_utils.get_input_tensor_by_name(request, "features").as_numpy()
-            z = np.nan_to_num(x, nan=0.0) @ self.w
-            s = np.full_like(z, 0.5) if self.flat else 1.0 / (1.0 + np.exp(-z))
-            if self.delay_s:
-                time.sleep(self.delay_s)
-            out = pb_utils.Tensor("score", s.reshape(-1, 1).astype(np.float32))
-            responses.append(pb_utils.InferenceResponse(output_tensors=[out]))
-        return responses
-'''
-
-CONFIG = '''name: "{name}"
-backend: "python"
-max_batch_size: 0
-version_policy: {{ all {{ }} }}
-input [ {{ name: "features" data_type: TYPE_FP32 dims: [ -1, 128 ] }} ]
-output [ {{ name: "score" data_type: TYPE_FP32 dims: [ -1, 1 ] }} ]
-instance_group [ {{ kind: KIND_CPU count: 1 }} ]
-parameters: {{ key: "delay_s" value: {{ string_value: "{delay_s}" }} }}
-parameters: {{ key: "flat" value: {{ string_value: "{flat}" }} }}
-'''
-
-
-def write_test_model(repository: Path, name: str, versions: Sequence[int], *, delay_s: float = 0.0,
-                     flat: bool = False) -> None:
-    """A python-backend model ``name`` with the given versions in a Triton repository folder."""
-    folder = repository / name
-    for version in versions:
-        (folder / str(version)).mkdir(parents=True, exist_ok=True)
-        (folder / str(version) / "model.py").write_text(MODEL_PY)
-    (folder / "config.pbtxt").write_text(CONFIG.format(name=name, delay_s=delay_s, flat="1" if flat else "0"))
-
-
-def feature_tables(seed: int = 7, n_users: int = 60, n_items: int = 120) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Small users/items tables with every feature of features.yaml, values in [0, 1), a few NaN."""
-    rng = np.random.default_rng(seed)
-    names = feature_names(load_features())
-    user_cols = [n for n in names if n.startswith("user_")]
-    item_cols = [n for n in names if n.startswith("item_")]
-    users = pd.DataFrame(rng.random((n_users, len(user_cols))), columns=user_cols)
-    users.iloc[3, 5] = np.nan
-    users.insert(0, "user_id", [f"u_{k:04d}" for k in range(n_users)])
-    items = pd.DataFrame(rng.random((n_items, len(item_cols))), columns=item_cols)
-    items.insert(0, "item_id", [f"i_{k:04d}" for k in range(n_items)])
-    return users, items
-
 
 def routes_doc(model: str, revision: int, stable: int, canary: int | None, weight: float) -> Routes:
     return Routes(model, revision, VersionRef(stable, SHA.get(stable, "9" * 64)),
@@ -201,10 +137,8 @@ def served(stack_settings: Settings, object_store: ObjectStore, triton_url: str)
     object_store.put_bytes(routes_key(FLAT), serialize_routes(routes_doc(FLAT, 1, 1, None, 0.0)))
     yield {"triton": triton, "lookup": FeatureLookup.from_frames(users, items), "users": users, "items": items}
     for name in (MODEL, SLOW, FLAT):
-        try:
+        with contextlib.suppress(ServingError):  # best-effort cleanup of a shared stack
             triton.unload(name)
-        except Exception:
-            pass
         object_store.delete(routes_key(name))
 
 

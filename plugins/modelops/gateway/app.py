@@ -484,9 +484,9 @@ class Gateway:
         origin = timing.delay_origin()
         scores64 = scores.astype(np.float64)
         n = len(scores64)
-        mean = float(scores64.mean())
-        peak = float(scores64.max())
-        std = float(scores64.std())
+        total, squares, peak = float(scores64.sum()), float(np.dot(scores64, scores64)), float(scores64.max())
+        mean = total / n
+        std = math.sqrt(max(0.0, squares / n - mean * mean))  # numpy's mean/std cost ~50 us more
         self.logs.committers["predictions"].append_nowait(prediction_record(
             request_id=request_id, feedback_token=token, ts=now, model=model, model_version=version.version,
             model_sha256=version.sha256, user_hash=user_hash(user_id), n_items=n, score_mean=mean,
@@ -500,7 +500,7 @@ class Gateway:
         window = self.windows.get((model, version.version))
         if window is None:
             window = self.windows[(model, version.version)] = ScoreWindow(self.options.score_window_s)
-        window.add(now, n, float(scores64.sum()), float(np.dot(scores64, scores64)), peak)
+        window.add(now, n, total, squares, peak)
         self._access(request_id, "POST", path, 200, model=model, version=version.version,
                      model_id=version.label, variant=variant, inference_time_ms=round(inference_ms, 3),
                      feature_lookup_ms=round(timing.features_s * 1000, 3), latency_ms=round(total_s * 1000, 3),

@@ -246,10 +246,13 @@ class GroupCommitter:
         writer: the kind's segment writer (used only from the writer thread).
         budget_bytes: refuse appends while the spool root holds more than this.
         usage: returns the spool root's current bytes (refreshed by the uploader).
+        flush_interval_s: how often records queued without waiting are written.
     """
 
-    def __init__(self, writer: SegmentWriter, *, budget_bytes: int, usage: Callable[[], int]) -> None:
+    def __init__(self, writer: SegmentWriter, *, budget_bytes: int, usage: Callable[[], int],
+                 flush_interval_s: float = 0.05) -> None:
         self.writer = writer
+        self.flush_interval_s = flush_interval_s
         self.budget_bytes = budget_bytes
         self._usage = usage
         self._pending: list[bytes] = []
@@ -271,18 +274,22 @@ class GroupCommitter:
                             "(the object store is probably unreachable)")
 
     def append_nowait(self, record: Sequence[Any]) -> None:
-        """Queue a record for the next batch (not awaited: lost if the process dies within ms)."""
+        """Queue a record for the next timed flush (within ``flush_interval_s``; lost if the process dies first).
+
+        Not waking the writer per record keeps thread hand-offs off the hot path: the
+        prediction logs are written in batches every few tens of milliseconds.
+        """
         frame = encode_frame(record)
         self._pending.append(frame)
         self.unflushed_bytes += len(frame)
-        if self._wakeup is not None:
-            self._wakeup.set()
 
     async def append(self, record: Sequence[Any]) -> None:
         """Queue a record and wait until its batch is on disk (written and fsynced)."""
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
         self.append_nowait(record)
+        if self._wakeup is not None:
+            self._wakeup.set()
         await future
 
     def _write_batch(self, frames: bytes) -> Path | None:
@@ -297,7 +304,7 @@ class GroupCommitter:
         loop = asyncio.get_running_loop()
         while True:
             with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(0.5):
+                async with asyncio.timeout(self.flush_interval_s):
                     await self._wakeup.wait()
             self._wakeup.clear()
             frames, self._pending = self._pending, []
