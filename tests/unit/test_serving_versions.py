@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
 from modelops.errors import ServingError
-from modelops.serving.index_store import allocate_version, index_key, read_index
+from modelops.serving.index_store import allocate_version, index_key, lock_key, model_lock, read_index
 from modelops.serving.versions import VersionIndex, assign_version
 
 
@@ -73,6 +75,10 @@ class AtomicMemoryStore:
             body, etag = self.objects.get(key, (None, None))
             return body, etag
 
+    def remove(self, key: str) -> None:
+        with self.lock:
+            self.objects.pop(key, None)
+
     def write_if(self, key: str, body: bytes, etag: str | None) -> bool:
         with self.lock:
             current = self.objects.get(key)
@@ -116,3 +122,35 @@ def test_a_stale_writer_retries_instead_of_overwriting() -> None:
     assert store.write_if(index_key("ranker"), body, etag) is False
     third = allocate_version(store, "ranker", sha("c"))
     assert (first.version, third.version) == (1, 3)
+
+
+def test_model_lock_serialises_holders_and_is_released() -> None:
+    store = AtomicMemoryStore()
+    inside: list[int] = []
+    overlaps: list[int] = []
+
+    def hold(i: int) -> None:
+        with model_lock(store, "ranker", owner=f"t{i}", poll_s=0.001):
+            inside.append(i)
+            if len(inside) > 1:
+                overlaps.append(i)
+            time.sleep(0.002)
+            inside.remove(i)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        list(pool.map(hold, range(12)))
+    assert overlaps == []
+    assert store.read(lock_key("ranker")) == (None, None)
+
+
+def test_an_expired_lock_is_taken_over_and_a_live_one_times_out() -> None:
+    store = AtomicMemoryStore()
+    stale = json.dumps({"owner": "dead", "token": "x", "expires_at": time.time() - 1}).encode()
+    store.write_if(lock_key("ranker"), stale, None)
+    with model_lock(store, "ranker", owner="me"):
+        body, _ = store.read(lock_key("ranker"))
+        assert body is not None and json.loads(body)["owner"] == "me"
+    live = json.dumps({"owner": "busy", "token": "y", "expires_at": time.time() + 60}).encode()
+    store.write_if(lock_key("ranker"), live, None)
+    with pytest.raises(ServingError, match="held by busy"), model_lock(store, "ranker", wait_s=0.05, poll_s=0.01):
+        pass

@@ -9,8 +9,13 @@ S3 (since 2024), MinIO and moto (checked: 5.2.5) honour both conditions on PutOb
 
 from __future__ import annotations
 
+import json
+import os
 import random
 import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -31,6 +36,10 @@ class ConditionalStore(Protocol):
 
     def write_if(self, key: str, body: bytes, etag: str | None) -> bool:
         """Write only if the object still has ``etag`` (does not exist when None); False if not."""
+        ...
+
+    def remove(self, key: str) -> None:
+        """Delete ``key`` (no error when it does not exist)."""
         ...
 
 
@@ -87,6 +96,9 @@ class S3ConditionalStore:
             raise ObjectStoreError(f"conditional put {self.store.uri(key)} failed: {exc}") from exc
         return True
 
+    def remove(self, key: str) -> None:
+        self.store.delete(key)
+
 
 def read_index(store: ConditionalStore, model: str) -> tuple[VersionIndex, str | None]:
     """The current index of ``model`` and its ETag (None when it does not exist yet)."""
@@ -116,3 +128,46 @@ def allocate_version(store: ConditionalStore | ObjectStore, model: str, sha256: 
             return Allocation(version, True, new_index)
         time.sleep(random.uniform(0.005, 0.02) * (attempt + 1))  # back off; another publish won
     raise ServingError(f"{key}: still contended after {MAX_ATTEMPTS} attempts")
+
+
+def lock_key(model: str) -> str:
+    """Object key of the lock that serialises loads/unloads of ``model`` on Triton."""
+    return f"triton/{model}/load.lock"
+
+
+@contextmanager
+def model_lock(store: ConditionalStore | ObjectStore, model: str, *, owner: str = "",
+               ttl_s: float = 300.0, wait_s: float = 600.0, poll_s: float = 0.2) -> Iterator[None]:
+    """Hold the per-model lock while changing which versions Triton serves.
+
+    A load reads the versions served and reloads with that set plus one; two of them at
+    once could each drop the other's version. The lock is a create-only object
+    (``If-None-Match: *``); a holder that died is replaced after ``ttl_s`` by a conditional
+    overwrite of the expired lock (``If-Match``), so exactly one waiter takes it over.
+
+    Raises:
+        ServingError: the lock stayed held by someone else for ``wait_s`` seconds.
+    """
+    cas: ConditionalStore = S3ConditionalStore(store) if isinstance(store, ObjectStore) else store
+    key = lock_key(model)
+    token = uuid.uuid4().hex
+    deadline = time.monotonic() + wait_s
+    while True:
+        body = json.dumps({"owner": owner or f"pid {os.getpid()}", "token": token,
+                           "expires_at": time.time() + ttl_s}).encode()
+        if cas.write_if(key, body, None):
+            break
+        current, etag = cas.read(key)
+        if current is not None:
+            holder = json.loads(current)
+            if float(holder.get("expires_at", 0)) < time.time() and cas.write_if(key, body, etag):
+                break
+            if time.monotonic() > deadline:
+                raise ServingError(f"{key}: held by {holder.get('owner')} for longer than {wait_s:.0f} s")
+        time.sleep(poll_s)
+    try:
+        yield
+    finally:
+        current, _ = cas.read(key)
+        if current is not None and json.loads(current).get("token") == token:
+            cas.remove(key)
