@@ -95,7 +95,8 @@ def test_two_mlflow_versions_serve_side_by_side_and_republish_uploads_nothing(
     r1 = publish_version(model_name, v1, cfg=stack_settings, store=object_store, client=client)
     r2 = publish_version(model_name, v2, cfg=stack_settings, store=object_store, client=client)
     assert f"{REPOSITORY_PREFIX}{model_name}_model/2/model.onnx" in puts
-    assert puts[-1] == f"{REPOSITORY_PREFIX}{marker_path(model_name, 2)}", "_COMPLETE must be written last"
+    repository_writes = [key for key in puts if key.startswith(("triton/repository/", "triton/staging/"))]
+    assert repository_writes[-1] == f"{REPOSITORY_PREFIX}{marker_path(model_name, 2)}", "_COMPLETE last"
     assert any(key.startswith(f"triton/staging/{model_name}/2/") for key in puts), "uploads go via staging"
     assert list(object_store.list_keys(f"triton/staging/{model_name}/")) == [], "staging is cleaned up"
     assert (r1.triton_version, r2.triton_version) == (1, 2)
