@@ -17,7 +17,14 @@ import pytest
 from modelops.errors import RegistryError, ServingError
 from modelops.objectstore import ObjectStore
 from modelops.serving.builder import Artifacts
-from modelops.serving.index_store import S3ConditionalStore, allocate_version, index_key, read_index
+from modelops.serving.index_store import (
+    S3ConditionalStore,
+    allocate_version,
+    index_key,
+    lock_key,
+    model_lock,
+    read_index,
+)
 from modelops.serving.loader import unload_version, verify_served
 from modelops.serving.modelinfo import ModelInfo
 from modelops.serving.pbtxt import step_names
@@ -196,6 +203,11 @@ def test_the_store_honours_conditional_writes(object_store: ObjectStore, model_n
     second = allocate_version(object_store, model_name, "b" * 64)
     assert (first.version, second.version, allocate_version(object_store, model_name, "a" * 64).version) == (
         1, 2, 1)
+    with model_lock(object_store, model_name, owner="test"):
+        assert object_store.exists(lock_key(model_name))
+        with pytest.raises(ServingError, match="held by test"), model_lock(object_store, model_name, wait_s=0.3):
+            pass
+    assert not object_store.exists(lock_key(model_name))
 
 
 def test_publishing_an_unknown_mlflow_version_is_a_registry_error(
