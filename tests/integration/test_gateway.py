@@ -49,6 +49,7 @@ MODEL = f"gwtest_{RUN}"
 SLOW = f"gwslow_{RUN}"
 FLAT = f"gwflat_{RUN}"
 SHA = {1: "1" * 64, 2: "2" * 64}
+GATEWAY_MAX_BODY = 65536
 
 def routes_doc(model: str, revision: int, stable: int, canary: int | None, weight: float) -> Routes:
     return Routes(model, revision, VersionRef(stable, SHA.get(stable, "9" * 64)),
@@ -148,7 +149,7 @@ def gateway(served: dict[str, Any], stack_settings: Settings, tmp_path_factory: 
     base = tmp_path_factory.mktemp("gateway")
     process = GatewayProcess(
         free_port(), base / "spool", base / "gateway.log", gateway_env(stack_settings),
-        ("--max-deadline-ms", "1000", "--max-body-bytes", "65536", "--segment-max-age-s", "1",
+        ("--max-deadline-ms", "1000", "--max-body-bytes", str(GATEWAY_MAX_BODY), "--segment-max-age-s", "1",
          "--collapse-hold-s", "2", "--collapse-min-scores", "20", "--routes-poll-s", "0.3"))
     process.start()
     yield process
@@ -421,3 +422,180 @@ def test_kill9_during_a_feedback_burst_loses_no_acknowledged_event(
     lost = wanted - found
     print(f"feedback burst: {len(acknowledged)} acknowledged, {len(found)} in the store, {len(lost)} lost")
     assert not lost
+
+
+def test_traffic_generator_sends_predictions_and_feedback_per_version(gateway: GatewayProcess) -> None:
+    import asyncio
+
+    from modelops.traffic.runner import run_traffic
+    from modelops.traffic.simulation import Behaviour, TrafficSpec
+
+    def clicks(version: int) -> float:
+        metrics = requests.get(f"{gateway.url}/metrics", timeout=5).text
+        line = f'modelops_gateway_feedback_events_total{{model="{MODEL}",version="{version}",action="click"}} '
+        return sum(float(row.split()[-1]) for row in metrics.splitlines() if row.startswith(line))
+
+    before = {1: clicks(1), 2: clicks(2)}
+    spec = TrafficSpec(model=MODEL, rate=40, max_requests=60, max_seconds=30, n_users=60, n_items=120,
+                       id_width=4, default=Behaviour(click=0.0, purchase=0.0, skip=0.0),
+                       per_version={2: Behaviour(click=1.0, purchase=0.0, skip=0.0)}, seed=3)
+    lines: list[str] = []
+    report = asyncio.run(run_traffic(spec, gateway.url, progress=lines.append))
+    assert report.sent == 60 and report.status[200] == 60 and lines
+    assert report.per_version[1] > 0 and report.per_version[2] > 0
+    assert report.feedback_status[202] == report.per_version[2]
+    assert clicks(2) - before[2] == report.per_version[2]
+    assert clicks(1) == before[1]
+
+
+def _schemathesis_test() -> Any:
+    """Schemathesis over the document the gateway serves (built by the same pure function).
+
+    pytest 9 broke schemathesis' fixture-based lazy loader, so the schema is built here from
+    ``build_openapi`` and the test first checks that the served ``/openapi.json`` is exactly it.
+    """
+    import schemathesis
+    from hypothesis import HealthCheck
+    from hypothesis import settings as hypothesis_settings
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_headers_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    from modelops.gateway.contract import load_contract
+    from modelops.gateway.openapi import build_openapi
+
+    document = build_openapi(load_contract().schema, max_body_bytes=GATEWAY_MAX_BODY)
+    schema = schemathesis.openapi.from_dict(document)
+
+    @schema.parametrize()
+    @hypothesis_settings(max_examples=40, deadline=None, suppress_health_check=list(HealthCheck))
+    def test_openapi_document_matches_behaviour(case: Any, gateway: GatewayProcess) -> None:
+        """No 5xx and no response outside the documented codes, headers and schemas (Triton up)."""
+        assert requests.get(f"{gateway.url}/openapi.json", timeout=5).json() == document
+        if "model" in (case.path_parameters or {}):
+            case.path_parameters["model"] = MODEL  # a served model, so the whole predict path runs
+        case.call_and_validate(base_url=gateway.url, checks=[
+            not_a_server_error, status_code_conformance, content_type_conformance,
+            response_headers_conformance, response_schema_conformance])
+
+    return test_openapi_document_matches_behaviour
+
+
+test_openapi_document_matches_behaviour = _schemathesis_test()
+
+
+class Outage:
+    """A TCP forwarder in front of the object store that the test can cut and restore.
+
+    Stopping the shared in-memory object store would wipe every other test's data, so the
+    gateway under test reaches the store through this proxy instead.
+    """
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.port = free_port()
+        self._server: socket.socket | None = None
+        self._open: set[socket.socket] = set()
+        self._lock = threading.Lock()
+
+    def start(self) -> None:
+        server = socket.socket()
+        server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        server.bind(("127.0.0.1", self.port))
+        server.listen(64)
+        self._server = server
+        threading.Thread(target=self._accept, args=(server,), daemon=True).start()
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        with self._lock:
+            for conn in self._open:
+                with contextlib.suppress(OSError):
+                    conn.shutdown(socket.SHUT_RDWR)
+                conn.close()
+            self._open.clear()
+
+    def _accept(self, server: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = server.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._open.update((client, upstream))
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    def _pump(self, source: socket.socket, target: socket.socket) -> None:
+        try:
+            while data := source.recv(65536):
+                target.sendall(data)
+        except OSError:
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                target.shutdown(socket.SHUT_WR)
+
+
+OUTAGE_S = 30.0
+
+
+def test_object_store_outage_loses_nothing_and_the_backlog_drains(
+        served: dict[str, Any], stack_settings: Settings, object_store: ObjectStore, tmp_path: Path) -> None:
+    outage = Outage(stack_settings.s3_port)
+    outage.start()
+    process = GatewayProcess(free_port(), tmp_path / "spool", tmp_path / "gw.log",
+                             gateway_env(stack_settings, MODELOPS_S3_ENDPOINT_URL=f"http://127.0.0.1:{outage.port}"),
+                             ("--segment-max-age-s", "1"))
+    process.start()
+    secret = resolve_secret(stack_settings.feedback_secret, stack_settings.home)
+    session = requests.Session()
+    acknowledged: list[str] = []
+
+    def backlog() -> float:
+        metrics = session.get(f"{process.url}/metrics", timeout=5).text
+        return next(float(row.split()[-1]) for row in metrics.splitlines()
+                    if row.startswith("modelops_gateway_spool_backlog_bytes "))
+
+    def traffic(seconds: float, tag: str) -> None:
+        end = time.monotonic() + seconds
+        k = 0
+        while time.monotonic() < end:
+            assert predict(process, MODEL, good_body(f"u_{k % 50:04d}")).status_code == 200
+            token = issue_token(secret, TokenClaims(f"outage-{RUN}-{tag}-{k}", MODEL, 1, "1" * 12, time.time()))
+            response = session.post(f"{process.url}/v1/feedback", timeout=5,
+                                    json={"feedback_token": token, "action": "skip", "timestamp": time.time()})
+            assert response.status_code == 202
+            acknowledged.append(token)
+            k += 1
+            time.sleep(0.05)
+
+    try:
+        traffic(2.0, "before")
+        outage.stop()
+        traffic(OUTAGE_S, "during")
+        assert backlog() > 0, "segments wait in the spool while the store is unreachable"
+        outage.start()
+        traffic(2.0, "after")
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and backlog() > 0:
+            time.sleep(0.5)
+        assert backlog() == 0, "the backlog drains once the store is back"
+        found = {r["feedback_token"] for r in _log_rows(object_store, LOG_PREFIXES["feedback"], "feedback_token",
+                                                        set(acknowledged))}
+        print(f"object store outage: {len(acknowledged)} acknowledged, {len(set(acknowledged) - found)} lost")
+        assert found == set(acknowledged)
+    finally:
+        process.stop()
+        outage.stop()

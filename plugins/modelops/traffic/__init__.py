@@ -1,0 +1,1 @@
+"""modelops.traffic: simulated users sending predictions and feedback through the gateway."""
