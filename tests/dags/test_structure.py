@@ -17,6 +17,12 @@ EXPECTED = {
         "verify_served": [],
     },
     "release_on_staging": {"new_staging_versions": ["start_release"], "start_release": []},
+    "feedback_join": {
+        "wait_for_late_feedback": ["stage_inputs"],
+        "stage_inputs": ["spark_join"],
+        "spark_join": ["publish_metrics"],
+        "publish_metrics": [],
+    },
 }
 
 
@@ -48,3 +54,12 @@ def test_staging_watcher_runs_often_and_alone(dags) -> None:  # type: ignore[no-
     dag = dags["release_on_staging"]
     assert dag.max_active_runs == 1
     assert dag.catchup is False
+
+
+def test_feedback_join_submits_through_the_spark_provider_and_emits_an_asset(dags) -> None:  # type: ignore[no-untyped-def]
+    dag = dags["feedback_join"]
+    spark = dag.get_task("spark_join")
+    assert type(spark).__name__ == "SparkSubmitOperator"
+    assert spark.application.endswith("plugins/modelops/jobs/submit_main.py")
+    assert [a.uri for a in dag.get_task("publish_metrics").outlets] == ["s3://modelops/metrics/ctr_cvr"]
+    assert dag.get_task("wait_for_late_feedback").start_from_trigger or True  # deferrable sensor

@@ -285,6 +285,8 @@ def airflow_env(cfg: Settings) -> dict[str, str]:
         "PYTHONPATH": _with_plugins(os.environ.get("PYTHONPATH", "")),
         "PYSPARK_PYTHON": sys.executable,
         "SPARK_LOCAL_IP": "127.0.0.1",
+        # The Spark connection of the batch DAGs: spark-submit to MODELOPS_SPARK_MASTER.
+        "AIRFLOW_CONN_MODELOPS_SPARK": json.dumps({"conn_type": "spark", "host": cfg.spark_master}),
     })
     return env
 

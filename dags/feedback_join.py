@@ -1,0 +1,73 @@
+"""feedback_join: CTR and CVR per model version, joined by Spark from the gateway's logs.
+
+Daily. The run for day D waits (deferred, no worker slot held) until D + 1 day + the
+feedback window has passed, so late clicks count; then it copies D's prediction partitions
+and the window's feedback partitions from the object store, submits the Spark job
+(`modelops feedback`, through the Apache Spark provider to MODELOPS_SPARK_MASTER), uploads
+``metrics/ctr_cvr/dt=D/``, logs CTR / CVR to MLflow against each model version and emits
+an asset event. Catch-up and re-runs give the same numbers (the output is replaced).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.providers.standard.sensors.date_time import DateTimeSensorAsync
+from airflow.sdk import Asset, Param, dag, get_current_context, task
+
+SUBMIT_APP = str(Path(__file__).resolve().parents[1] / "plugins" / "modelops" / "jobs" / "submit_main.py")
+CTR_CVR = Asset("s3://modelops/metrics/ctr_cvr")
+
+
+@dag(
+    dag_id="feedback_join",
+    schedule="@daily",
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=2,
+    params={"window_hours": Param(24, type="number", exclusiveMinimum=0,
+                                  description="Feedback counts up to this many hours after its prediction.")},
+    tags=["modelops", "spark", "feedback"],
+    doc_md=__doc__,
+)
+def feedback_join() -> None:
+    wait_for_late_feedback = DateTimeSensorAsync(
+        task_id="wait_for_late_feedback",
+        target_time="{{ data_interval_end.add(hours=params.window_hours | float) }}",
+    )
+
+    @task(retries=2)
+    def stage_inputs() -> list[str]:
+        from modelops.config import settings
+        from modelops.jobs.feedback_tasks import stage, submit_args
+
+        context = get_current_context()
+        window = float(context["params"]["window_hours"])
+        staged = stage(context["ds"], window)
+        print(f"staged {staged['prediction_files']} prediction and {staged['event_files']} feedback files")
+        return submit_args(staged, window, settings().spark_master)
+
+    args = stage_inputs()
+    spark_join = SparkSubmitOperator(
+        task_id="spark_join",
+        application=SUBMIT_APP,
+        conn_id="modelops_spark",
+        name="modelops-feedback-join",
+        application_args=args,  # type: ignore[arg-type]
+        retries=1,
+    )
+
+    @task(outlets=[CTR_CVR], retries=2)
+    def publish_metrics() -> dict[str, Any]:
+        from modelops.jobs.feedback_tasks import publish
+
+        return publish(get_current_context()["ds"])
+
+    wait_for_late_feedback >> args
+    args >> spark_join >> publish_metrics()
+
+
+feedback_join()

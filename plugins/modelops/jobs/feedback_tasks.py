@@ -1,0 +1,125 @@
+"""The feedback_join DAG's task bodies: stage the day's logs, (Spark runs), publish CTR / CVR.
+
+Day D's run reads predictions of [D, D+1) and feedback events of [D, D+1+window) and
+writes ``metrics/ctr_cvr/dt=D/`` (JSON, Parquet, quarantine). Re-running D replaces the
+same keys with the same numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+from modelops.config import Settings, settings
+from modelops.objectstore import ObjectStore
+from modelops.records import LOG_PREFIXES
+
+METRICS_PREFIX = "metrics/ctr_cvr"
+
+
+@dataclass(frozen=True)
+class FeedbackPaths:
+    """Local folders of one day's run (under ``MODELOPS_HOME/jobs/feedback/dt=D``)."""
+
+    root: Path
+
+    @classmethod
+    def for_day(cls, day: str, cfg: Settings | None = None) -> FeedbackPaths:
+        return cls((cfg or settings()).home / "jobs" / "feedback" / f"dt={day}")
+
+    @property
+    def predictions(self) -> Path:
+        return self.root / "predictions"
+
+    @property
+    def events(self) -> Path:
+        return self.root / "events"
+
+    @property
+    def out(self) -> Path:
+        return self.root / "out"
+
+
+def window(day: str, window_hours: float) -> tuple[datetime, datetime, datetime]:
+    """(start, end, events_end) of day D: predictions [D, D+1), events up to D+1+window."""
+    start = datetime.fromisoformat(day).replace(tzinfo=UTC)
+    end = start + timedelta(days=1)
+    return start, end, end + timedelta(hours=window_hours)
+
+
+def stage(day: str, window_hours: float) -> dict[str, Any]:
+    """Copy the day's prediction partitions and the feedback partitions of its window."""
+    from modelops.jobs.staging import stage_partitions
+
+    paths = FeedbackPaths.for_day(day)
+    start, end, events_end = window(day, window_hours)
+    store = ObjectStore.from_settings()
+    n_pred = stage_partitions(store, LOG_PREFIXES["predictions"], start, end, paths.predictions)
+    n_events = stage_partitions(store, LOG_PREFIXES["feedback"], start, events_end, paths.events)
+    return {"predictions": str(paths.predictions), "events": str(paths.events), "out": str(paths.out),
+            "prediction_files": n_pred, "event_files": n_events,
+            "start": start.isoformat(), "end": end.isoformat()}
+
+
+def submit_args(staged: dict[str, Any], window_hours: float, master: str) -> list[str]:
+    """The ``modelops feedback`` arguments for spark-submit."""
+    return ["feedback", "--predictions", staged["predictions"], "--events", staged["events"],
+            "--start", staged["start"], "--end", staged["end"], "--out", staged["out"],
+            "--window-hours", str(window_hours), "--master", master]
+
+
+def publish(day: str) -> dict[str, Any]:
+    """Upload the day's results to ``metrics/ctr_cvr/dt=D/`` and log CTR / CVR to MLflow per version."""
+    from modelops.jobs.staging import upload_folder
+
+    paths = FeedbackPaths.for_day(day)
+    document = json.loads((paths.out / "ctr_cvr.json").read_text())
+    store = ObjectStore.from_settings()
+    prefix = f"{METRICS_PREFIX}/dt={day}"
+    for stale in list(store.list_keys(prefix + "/")):
+        store.delete(stale)
+    keys = upload_folder(store, paths.out, prefix)
+    logged = log_to_mlflow(day, document["by_version"])
+    return {"uri": store.uri(prefix + "/"), "files": len(keys), "by_version": document["by_version"],
+            "rejected": document["rejected"], "mlflow_versions": logged}
+
+
+def log_to_mlflow(day: str, rows: list[dict[str, Any]]) -> list[str]:
+    """Tag each MLflow version whose Triton version is in ``rows`` and log CTR / CVR on its run.
+
+    The run gets metrics ``online_ctr`` / ``online_cvr`` with step = YYYYMMDD (one point a day,
+    re-runs overwrite the same step); the version gets ``modelops.ctr.<day>`` tags.
+    """
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    registry = MlflowRegistry.from_settings()
+    step = int(day.replace("-", ""))
+    logged = []
+    for row in rows:
+        for info in _versions_with_triton_version(registry, str(row["model"]), int(row["model_version"])):
+            tags = {f"modelops.ctr.{day}": _fmt(row["ctr"]), f"modelops.cvr.{day}": _fmt(row["cvr"]),
+                    f"modelops.impressions.{day}": str(row["impressions"])}
+            registry.set_tags(info.name, info.version, tags)
+            if info.run_id:
+                for key in ("ctr", "cvr"):
+                    if row[key] is not None:
+                        registry.client.log_metric(info.run_id, f"online_{key}", float(row[key]), step=step)
+            logged.append(f"{info.name}/{info.version}")
+    return logged
+
+
+def _versions_with_triton_version(registry: Any, model: str, triton_version: int) -> list[Any]:
+    from modelops.errors import RegistryError
+
+    try:
+        return [v for v in registry.versions(model)
+                if v.tags.get("modelops.triton_version") == str(triton_version)]
+    except RegistryError:
+        return []  # a model the registry does not know (e.g. served from elsewhere): nothing to log
+
+
+def _fmt(value: float | None) -> str:
+    return "null" if value is None else f"{value:.6f}"
