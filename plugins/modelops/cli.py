@@ -21,7 +21,9 @@ COMMAND_MODULES: tuple[str, ...] = (
     "modelops.contracts.commands",
     "modelops.serving.commands",
     "modelops.gateway.commands",
+    "modelops.traffic.commands",
     "modelops.feedback.commands",
+    "modelops.drift.commands",
     "modelops.demo",
     "modelops.config_commands",
 )
