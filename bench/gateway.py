@@ -26,6 +26,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import signal
 import socket
 import statistics
@@ -78,6 +79,7 @@ def teardown(model: str) -> None:
 
     TritonClient(settings().triton_http_url).unload(model)
     ObjectStore.from_settings().delete(routes_key(model))
+    shutil.rmtree(settings().home / "triton" / "repository" / model, ignore_errors=True)
 
 
 def start_gateway(port: int, spool: Path, log: Path) -> subprocess.Popen[bytes]:

@@ -13,6 +13,7 @@ import contextlib
 import io
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -140,6 +141,7 @@ def served(stack_settings: Settings, object_store: ObjectStore, triton_url: str)
     for name in (MODEL, SLOW, FLAT):
         with contextlib.suppress(ServingError):  # best-effort cleanup of a shared stack
             triton.unload(name)
+        shutil.rmtree(repository / name, ignore_errors=True)
         object_store.delete(routes_key(name))
 
 

@@ -19,6 +19,7 @@ import logging
 import math
 import os
 import re
+import sys
 import time
 import uuid
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -563,5 +564,11 @@ async def _respond_json(send: Send, status: int, document: Any, request_id: str,
 
 
 def create_app(cfg: Settings | None = None, options: GatewayOptions | None = None) -> Gateway:
-    """The ASGI app (uvicorn factory): settings from the environment, options from ``serve``."""
+    """The ASGI app (uvicorn factory): settings from the environment, options from ``serve``.
+
+    Each uvicorn worker process calls this, so logging (one JSON line per request on
+    stdout) is set up here rather than in the ``serve`` command.
+    """
+    if not logging.getLogger().handlers:
+        logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
     return Gateway(cfg or settings(), options or GatewayOptions.from_env())

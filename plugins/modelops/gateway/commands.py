@@ -26,8 +26,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
 
 
 def _serve(args: argparse.Namespace) -> int:
-    import logging
-
     import uvicorn
 
     from modelops.config import settings
@@ -36,7 +34,6 @@ def _serve(args: argparse.Namespace) -> int:
     cfg = settings()
     options = GatewayOptions(**{f.name: getattr(args, f.name) for f in fields(GatewayOptions)})
     os.environ[OPTIONS_ENV] = options.to_env()  # inherited by uvicorn's worker processes
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
     uvicorn.run(
         "modelops.gateway.app:create_app",
         factory=True,
