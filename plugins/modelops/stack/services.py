@@ -376,10 +376,23 @@ def airflow_services(cfg: Settings) -> list[Service]:
     return [api, *others]
 
 
+# ---------------------------------------------------------------- the serving gateway
+def gateway(cfg: Settings) -> Service:
+    return Service(
+        name="gateway",
+        argv=(str(VENV_BIN / "modelops"), "gateway", "serve"),
+        ports=(cfg.gateway_port,),
+        health_url=f"http://{cfg.bind_host}:{cfg.gateway_port}/healthz",
+        env=base_env(cfg),
+        depends_on=("objectstore", "triton"),
+        url=cfg.gateway_url,
+    )
+
+
 def all_services(cfg: Settings) -> list[Service]:
     """The services in start order."""
     services = [object_store(cfg)]
     if cfg.mlflow_backend == "postgresql":
         services.append(postgres(cfg))
-    services += [mlflow(cfg), triton(cfg), *airflow_services(cfg)]
+    services += [mlflow(cfg), triton(cfg), gateway(cfg), *airflow_services(cfg)]
     return services
