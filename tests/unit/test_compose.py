@@ -56,8 +56,10 @@ def test_the_check_rejects_a_broken_file(tmp_path: Path, breakage: str) -> None:
 def test_topology_has_every_component_with_health_checks() -> None:
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     expected = {"postgres", "minio", "minio-init", "mlflow", "triton", "airflow-init", "airflow-api-server",
-                "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker"}
+                "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker",
+                "gateway", "gateway-lb"}
     assert expected <= set(services)
-    for name in expected - {"minio-init", "airflow-init", "spark-worker"}:
+    for name in expected - {"minio-init", "airflow-init", "spark-worker", "gateway-lb"}:
         assert "healthcheck" in services[name], name
     assert "--model-control-mode=explicit" in services["triton"]["command"]
+    assert services["gateway"]["deploy"]["replicas"] >= 2
