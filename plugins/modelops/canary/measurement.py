@@ -1,0 +1,89 @@
+"""What one analysis window measured: canary and stable counters over the same window.
+
+Counts are differences of counters over the window (see :mod:`modelops.canary.sources`);
+``NaN`` means *not measured* (a target was unreachable, a series missing), which every
+gate reads as inconclusive.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+NAN = math.nan
+
+
+def _num(value: float) -> float | None:
+    return None if math.isnan(value) else value
+
+
+def _float(raw: Any) -> float:
+    return NAN if raw is None else float(raw)
+
+
+@dataclass(frozen=True)
+class VersionWindow:
+    """One model version's traffic in one window.
+
+    Attributes:
+        requests: prediction attempts routed to the version (answered + failed).
+        errors: failed attempts (gateway upstream errors and timeouts, Triton failures).
+        latency_buckets: cumulative latency histogram over the window as (upper bound in
+            seconds, count) pairs sorted by bound, the last bound ``inf``.
+        score_std: rolling std of the version's scores (gauge), NaN when unknown.
+        feedback: feedback events in the window by action (click, purchase, skip).
+    """
+
+    requests: float = NAN
+    errors: float = NAN
+    latency_buckets: tuple[tuple[float, float], ...] = ()
+    score_std: float = NAN
+    feedback: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def error_rate(self) -> float:
+        if math.isnan(self.requests) or math.isnan(self.errors) or self.requests <= 0:
+            return NAN
+        return self.errors / self.requests
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"requests": _num(self.requests), "errors": _num(self.errors),
+                "latency_buckets": [[("+Inf" if math.isinf(le) else le), _num(c)] for le, c in self.latency_buckets],
+                "score_std": _num(self.score_std), "feedback": dict(sorted(self.feedback.items()))}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> VersionWindow:
+        buckets = tuple((math.inf if le == "+Inf" else float(le), _float(c))
+                        for le, c in raw.get("latency_buckets", []))
+        return cls(requests=_float(raw.get("requests")), errors=_float(raw.get("errors")), latency_buckets=buckets,
+                   score_std=_float(raw.get("score_std")),
+                   feedback={str(k): float(v) for k, v in raw.get("feedback", {}).items()})
+
+
+@dataclass(frozen=True)
+class Measurement:
+    """Canary vs stable over the window ``[window_start, window_end)`` (epoch seconds).
+
+    ``unreachable`` names the metric targets that could not be read (a gateway URL,
+    Triton, Prometheus); any entry makes the whole analysis inconclusive, because a
+    canary that cannot be measured must never be promoted.
+    """
+
+    window_start: float
+    window_end: float
+    canary: VersionWindow
+    stable: VersionWindow
+    unreachable: tuple[str, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"window_start": self.window_start, "window_end": self.window_end,
+                "canary": self.canary.to_dict(), "stable": self.stable.to_dict(),
+                "unreachable": list(self.unreachable)}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> Measurement:
+        return cls(window_start=float(raw["window_start"]), window_end=float(raw["window_end"]),
+                   canary=VersionWindow.from_dict(raw["canary"]), stable=VersionWindow.from_dict(raw["stable"]),
+                   unreachable=tuple(raw.get("unreachable", ())))

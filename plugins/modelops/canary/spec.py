@@ -1,0 +1,139 @@
+"""The canary release spec: steps and thresholds as data (every field is a DAG param).
+
+A spec is frozen and JSON round-trips (``schema_version`` 1), so the release DAG can take
+it from the trigger form and the runner can persist it beside the status.
+
+Steps are canary weights as fractions of traffic (0–1), strictly increasing; every step
+below 1.0 is analysed; the last step must be 1.0 and means *promote* (at 100 % the stable
+version receives no traffic, so nothing is left to compare against).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+from modelops.errors import ConfigError
+
+SPEC_SCHEMA_VERSION = 1
+
+
+@dataclass(frozen=True)
+class CanarySpec:
+    """How a canary progresses and when it fails.
+
+    Attributes:
+        steps: canary weights (0–1], strictly increasing, the last one 1.0 (= promotion).
+        interval_s: length of one analysis window in seconds.
+        analyses_per_step: passed analyses needed at a step before the next one.
+        min_requests: requests per version per window below which a gate is inconclusive.
+        failure_limit: failed analyses (over the whole release) that trigger a rollback.
+        inconclusive_limit: consecutive inconclusive analyses that pause the release.
+        require_approval: a person approves before the 100 % step.
+        slo_p99_ms: p99 latency service-level objective in milliseconds.
+        latency_ratio: canary p99 may not exceed max(SLO, ratio × stable p99).
+        error_ratio: canary error rate may not exceed max(ratio × stable rate, floor).
+        error_rate_floor: absolute error-rate floor of the error gate (0 vs 1 error is no breach).
+        error_min_errors: fewer canary errors than this in a window never fail the gate.
+        error_rate_limit: absolute error rate that counts as "bad" when deciding whether
+            the stable version degrades too (an incident, not the canary's fault).
+        collapse_std_floor: canary score std below this is a collapsed model.
+        ctr_min_tokens: feedback trials per version per window for the CTR gate to decide.
+        ctr_alpha: one-sided significance level of the CTR two-proportion z-test.
+        ctr_success_actions: feedback actions that count as a success (click-through).
+        ctr_trial_actions: feedback actions that count as a trial (a token with an outcome).
+    """
+
+    steps: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 1.0)
+    interval_s: float = 60.0
+    analyses_per_step: int = 1
+    min_requests: int = 100
+    failure_limit: int = 2
+    inconclusive_limit: int = 3
+    require_approval: bool = False
+    slo_p99_ms: float = 250.0
+    latency_ratio: float = 1.5
+    error_ratio: float = 2.0
+    error_rate_floor: float = 0.01
+    error_min_errors: int = 3
+    error_rate_limit: float = 0.05
+    collapse_std_floor: float = 0.005
+    ctr_min_tokens: int = 200
+    ctr_alpha: float = 0.01
+    ctr_success_actions: tuple[str, ...] = ("click",)
+    ctr_trial_actions: tuple[str, ...] = ("click", "skip")
+    schema_version: int = SPEC_SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        problems = spec_problems(self)
+        if problems:
+            raise ConfigError("canary spec: " + "; ".join(problems))
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping (tuples become lists)."""
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in asdict(self).items()}
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, raw: dict[str, Any]) -> CanarySpec:
+        """Build from a mapping; unknown keys are an error, missing keys take defaults."""
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(raw) - known)
+        if unknown:
+            raise ConfigError(f"canary spec: unknown field(s) {unknown} (known: {sorted(known)})")
+        version = raw.get("schema_version", SPEC_SCHEMA_VERSION)
+        if version != SPEC_SCHEMA_VERSION:
+            raise ConfigError(f"canary spec: schema_version={version!r} is not supported "
+                              f"(this code reads {SPEC_SCHEMA_VERSION})")
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in raw.items()}
+        if "steps" in values:
+            values["steps"] = tuple(float(s) for s in values["steps"])
+        return cls(**values)
+
+    @classmethod
+    def from_json(cls, text: str) -> CanarySpec:
+        return cls.from_dict(json.loads(text))
+
+
+def spec_problems(spec: CanarySpec) -> list[str]:
+    """Every rule the spec breaks, each naming the field, the rule and an example."""
+    problems: list[str] = []
+    steps = spec.steps
+    if not steps or any(not (0.0 < s <= 1.0) or math.isnan(s) for s in steps):
+        problems.append(f"steps={list(steps)}: each weight must be in (0, 1] (example: [0.01, 0.05, 0.25, 0.5, 1.0])")
+    elif any(b <= a for a, b in itertools.pairwise(steps)):
+        problems.append(f"steps={list(steps)}: weights must increase strictly (example: [0.05, 0.5, 1.0])")
+    elif steps[-1] != 1.0 or len(steps) < 2:
+        problems.append(f"steps={list(steps)}: need at least one analysed step and the last must be 1.0 "
+                        "(example: [0.1, 1.0])")
+    positive = {"interval_s": spec.interval_s, "slo_p99_ms": spec.slo_p99_ms,
+                "latency_ratio": spec.latency_ratio, "error_ratio": spec.error_ratio}
+    for name, value in positive.items():
+        if not value > 0 or math.isinf(value):
+            problems.append(f"{name}={value!r}: must be a finite number > 0 (example: 1.5)")
+    at_least_one = {"analyses_per_step": spec.analyses_per_step, "min_requests": spec.min_requests,
+                    "failure_limit": spec.failure_limit, "inconclusive_limit": spec.inconclusive_limit,
+                    "ctr_min_tokens": spec.ctr_min_tokens}
+    for name, count in at_least_one.items():
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            problems.append(f"{name}={count!r}: must be an integer >= 1 (example: 3)")
+    if isinstance(spec.error_min_errors, bool) or not isinstance(spec.error_min_errors, int) \
+            or spec.error_min_errors < 0:
+        problems.append(f"error_min_errors={spec.error_min_errors!r}: must be an integer >= 0 (example: 3)")
+    fractions = {"error_rate_floor": spec.error_rate_floor, "error_rate_limit": spec.error_rate_limit,
+                 "collapse_std_floor": spec.collapse_std_floor}
+    for name, value in fractions.items():
+        if not 0.0 <= value <= 1.0:
+            problems.append(f"{name}={value!r}: must be in [0, 1] (example: 0.01)")
+    if not 0.0 < spec.ctr_alpha < 0.5:
+        problems.append(f"ctr_alpha={spec.ctr_alpha!r}: must be in (0, 0.5) (example: 0.01)")
+    if not spec.ctr_success_actions or not set(spec.ctr_success_actions) <= set(spec.ctr_trial_actions):
+        problems.append(f"ctr_success_actions={list(spec.ctr_success_actions)}: must be a non-empty subset of "
+                        f"ctr_trial_actions={list(spec.ctr_trial_actions)} (example: ['click'] of "
+                        "['click', 'skip'])")
+    return problems
