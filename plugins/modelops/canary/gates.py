@@ -30,7 +30,7 @@ class Verdict(enum.StrEnum):
 
 
 def _num(value: float) -> float | None:
-    return None if math.isnan(value) else value
+    return None if math.isnan(value) else float(value)
 
 
 def _float(raw: Any) -> float:
@@ -101,7 +101,8 @@ class Analysis:
         return f"incident: {self.incident}; {text}" if self.incident else text
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window_start": self.window_start, "window_end": self.window_end, "verdict": self.verdict.value,
+        return {"window_start": float(self.window_start), "window_end": float(self.window_end),
+                "verdict": self.verdict.value,
                 "gates": [g.to_dict() for g in self.gates], "incident": self.incident,
                 "canary_requests": _num(self.canary_requests), "stable_requests": _num(self.stable_requests)}
 
@@ -248,9 +249,15 @@ def _stable_degraded(spec: CanarySpec, m: Measurement, baseline: Baseline | None
 
 def _both_beyond_limits(spec: CanarySpec, m: Measurement, gates: Sequence[GateResult]) -> str:
     failed = {g.name for g in gates if g.verdict is Verdict.FAILED}
-    stable_rate, stable_p99 = m.stable.error_rate, p99_ms(m.stable)
-    if "error_rate" in failed and not math.isnan(stable_rate) and stable_rate > spec.error_rate_limit:
-        return f"both versions fail: stable error rate {stable_rate:.4f} > limit {spec.error_rate_limit}"
+    canary_rate, stable_rate, stable_p99 = m.canary.error_rate, m.stable.error_rate, p99_ms(m.stable)
+    # Errors: both beyond the absolute limit is an incident whatever the ratio says (stable at
+    # 20 % makes any canary under 40 % "pass"). Latency and collapse: only when the canary's
+    # gate failed too, so a stable version that always sits above the SLO does not block releases.
+    if not (math.isnan(canary_rate) or math.isnan(stable_rate)) and m.stable.requests >= spec.min_requests \
+            and m.canary.requests >= spec.min_requests \
+            and min(canary_rate, stable_rate) > spec.error_rate_limit:
+        return (f"both versions fail: error rates canary {canary_rate:.4f}, stable {stable_rate:.4f} "
+                f"> limit {spec.error_rate_limit}")
     if "p99_ms" in failed and not math.isnan(stable_p99) and stable_p99 > spec.slo_p99_ms:
         return f"both versions fail: stable p99 {stable_p99:.1f} ms > SLO {spec.slo_p99_ms} ms"
     if "score_std" in failed and not math.isnan(m.stable.score_std) and m.stable.score_std < spec.collapse_std_floor:

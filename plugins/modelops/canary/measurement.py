@@ -16,7 +16,7 @@ NAN = math.nan
 
 
 def _num(value: float) -> float | None:
-    return None if math.isnan(value) else value
+    return None if math.isnan(value) else float(value)
 
 
 def _float(raw: Any) -> float:
@@ -78,7 +78,7 @@ class Measurement:
     unreachable: tuple[str, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window_start": self.window_start, "window_end": self.window_end,
+        return {"window_start": float(self.window_start), "window_end": float(self.window_end),
                 "canary": self.canary.to_dict(), "stable": self.stable.to_dict(),
                 "unreachable": list(self.unreachable)}
 

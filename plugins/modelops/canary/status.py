@@ -45,7 +45,7 @@ class Transition:
     reason: str = ""
 
     def to_dict(self) -> dict[str, Any]:
-        return {"at": self.at, "from": self.source.value, "to": self.target.value, "reason": self.reason}
+        return {"at": float(self.at), "from": self.source.value, "to": self.target.value, "reason": self.reason}
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Transition:
@@ -53,7 +53,7 @@ class Transition:
 
 
 def _opt(value: float | None) -> float | None:
-    return None if value is None or math.isnan(value) else value
+    return None if value is None or math.isnan(value) else float(value)
 
 
 @dataclass(frozen=True)
@@ -114,13 +114,13 @@ class CanaryStatus:
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version, "model": self.model, "stable_version": self.stable_version,
-            "canary_version": self.canary_version, "phase": self.phase.value, "weight": self.weight,
+            "canary_version": self.canary_version, "phase": self.phase.value, "weight": float(self.weight),
             "step_index": self.step_index, "passed_at_step": self.passed_at_step,
             "failed_checks": self.failed_checks, "inconclusive_count": self.inconclusive_count,
             "analyses": self.analyses,
             "last_analysis": self.last_analysis.to_dict() if self.last_analysis else None,
             "baseline": self.baseline.to_dict() if self.baseline else None,
-            "started_at": self.started_at, "updated_at": self.updated_at,
+            "started_at": float(self.started_at), "updated_at": float(self.updated_at),
             "transitions": [t.to_dict() for t in self.transitions], "reason": self.reason,
             "approved": self.approved, "aborted": self.aborted,
             "paused_from": self.paused_from.value if self.paused_from else None,

@@ -25,7 +25,7 @@ def window(requests: float = 1000, errors: float = 0, latency_s: float = 0.02, s
            slow_latency_s: float = 0.0) -> VersionWindow:
     """A version's window: ``requests`` at ``latency_s`` (a ``slow_share`` at ``slow_latency_s``)."""
     n = int(requests) if not math.isnan(requests) else 0
-    slow = int(round(n * slow_share))
+    slow = round(n * slow_share)
     buckets = histogram([latency_s] * (n - slow) + [slow_latency_s] * slow) if n else ()
     return VersionWindow(requests=requests, errors=errors, latency_buckets=buckets, score_std=std,
                          feedback=dict(feedback or {}))
