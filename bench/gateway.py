@@ -178,6 +178,11 @@ def rejection_cost_in_process(n: int) -> float:
         return statistics.median(times)
 
 
+def cpu_seconds(proc: Any) -> float:
+    times = proc.cpu_times()
+    return float(times.user + times.system)
+
+
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q))
 
@@ -209,6 +214,11 @@ def main() -> None:
     direct_url = f"{cfg.triton_http_url}/v2/models/{model}/versions/1/infer"
     gateway_url = f"http://127.0.0.1:{port}/v1/models/{model}/predict"
     results: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+    gateway_cpu: dict[int, list[float]] = {}
+    import psutil
+
+    gateway_proc = psutil.Process(proc.pid)
+    load_before = os.getloadavg()[0]
     try:
         for conc in args.concurrency:  # warm-up both paths
             asyncio.run(run_load(direct_url, direct[:100], conc))
@@ -216,10 +226,15 @@ def main() -> None:
         for round_ in range(args.rounds):
             for conc in args.concurrency:
                 for mode, url, bodies in (("direct", direct_url, direct), ("gateway", gateway_url, via)):
+                    cpu_before = cpu_seconds(gateway_proc)
                     seconds, lat = asyncio.run(run_load(url, bodies, conc))
+                    cpu_ms = (cpu_seconds(gateway_proc) - cpu_before) * 1000 / len(bodies)
                     results.setdefault((mode, conc), []).append((len(bodies) / seconds, pct(lat, 50), pct(lat, 99)))
+                    if mode == "gateway":
+                        gateway_cpu.setdefault(conc, []).append(cpu_ms)
                     print(f"round {round_ + 1} c={conc:<2} {mode:<7} {len(bodies) / seconds:8.0f} req/s  "
-                          f"p50 {pct(lat, 50):6.2f} ms  p99 {pct(lat, 99):6.2f} ms", flush=True)
+                          f"p50 {pct(lat, 50):6.2f} ms  p99 {pct(lat, 99):6.2f} ms"
+                          + (f"  gateway CPU {cpu_ms:.2f} ms/request" if mode == "gateway" else ""), flush=True)
 
         async def rejections() -> list[float]:
             import aiohttp
@@ -250,6 +265,9 @@ def main() -> None:
     for conc in args.concurrency:
         d, g = med[("direct", conc)], med[("gateway", conc)]
         print(f"  c={conc:<2} added latency: p50 {g[1] - d[1]:+.2f} ms  p99 {g[2] - d[2]:+.2f} ms")
+    for conc, values in sorted(gateway_cpu.items()):
+        print(f"  c={conc:<2} gateway CPU per request: {statistics.median(values):.2f} ms (user+system, one worker)")
+    print(f"  load average at start {load_before:.1f} on {os.cpu_count()} CPUs (shared machine: compare ratios)")
     print(f"  contract rejection: {in_process_us:.0f} us of gateway time (in-process, median); "
           f"{http_reject:.2f} ms round trip over HTTP (median)")
     for conc in args.concurrency:

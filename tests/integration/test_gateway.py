@@ -601,3 +601,33 @@ def test_object_store_outage_loses_nothing_and_the_backlog_drains(
     finally:
         process.stop()
         outage.stop()
+
+
+def test_spool_over_its_budget_refuses_new_events_with_503(served: dict[str, Any], stack_settings: Settings,
+                                                           tmp_path: Path) -> None:
+    unreachable = f"http://127.0.0.1:{free_port()}"  # the object store is down from the start
+    process = GatewayProcess(free_port(), tmp_path / "spool", tmp_path / "gw.log",
+                             gateway_env(stack_settings, MODELOPS_S3_ENDPOINT_URL=unreachable),
+                             ("--spool-budget-bytes", "2000", "--segment-max-age-s", "0.5"))
+    process.start()
+    try:
+        response = predict(process, MODEL, good_body())
+        assert response.status_code == 503 and response.json()["error"] == "routes_unavailable"
+        secret = resolve_secret(stack_settings.feedback_secret, stack_settings.home)
+        statuses: list[int] = []
+        deadline = time.monotonic() + 20
+        k = 0
+        while time.monotonic() < deadline and 503 not in statuses:
+            token = issue_token(secret, TokenClaims(f"budget-{RUN}-{k}", MODEL, 1, "1" * 12, time.time()))
+            response = requests.post(f"{process.url}/v1/feedback", timeout=5,
+                                     json={"feedback_token": token, "action": "click", "timestamp": time.time()})
+            statuses.append(response.status_code)
+            k += 1
+            time.sleep(0.02)
+        assert statuses[0] == 202 and statuses[-1] == 503, statuses[-5:]
+        assert response.headers["Retry-After"] == "1" and response.json()["error"] == "spool_full"
+        assert set(statuses) == {202, 503}
+        spooled = sum(p.stat().st_size for p in (tmp_path / "spool").rglob("*") if p.is_file())
+        assert spooled > 0, "what was acknowledged stays in the spool"
+    finally:
+        process.stop()
