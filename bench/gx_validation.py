@@ -15,6 +15,7 @@ median seconds per engine and, last, the ratio spark/pandas (the anchor is panda
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -35,6 +36,8 @@ def write_requests(path: Path, rows: int, seed: int) -> None:
     counts = np.clip(rng.poisson(11, rows) + 1, 1, 50)
     offsets = np.concatenate([[0], np.cumsum(counts)]).astype(np.int32)
     items = pa.array(np.char.add("i_", rng.integers(0, 200_000, int(offsets[-1])).astype(str)))
+    if isinstance(items, pa.ChunkedArray):  # large inputs come back chunked
+        items = items.combine_chunks()
     table = pa.table(
         {
             "user_id": pa.array(np.char.add("u_", rng.integers(0, 1_000_000, rows).astype(str))),
@@ -62,10 +65,8 @@ def main() -> int:
         path = Path(tmp) / "requests.parquet"
         write_requests(path, args.rows, args.seed)
         frame = pd.read_parquet(path)
-        from pyspark.sql import SparkSession
-
-        # The console progress bar interleaves with the timings; the builder is shared, so this sticks.
-        SparkSession.builder.config("spark.ui.showConsoleProgress", "false")
+        # The console progress bar would interleave with the timings (read when the JVM starts).
+        os.environ.setdefault("PYSPARK_SUBMIT_ARGS", "--conf spark.ui.showConsoleProgress=false pyspark-shell")
         spark = spark_session("bench-gx-validation", args.master)
         spark.sparkContext.setLogLevel("ERROR")
         sdf = spark.read.parquet(str(path)).cache()

@@ -11,7 +11,13 @@ import pandas as pd
 import pytest
 
 from modelops.contracts import suites
-from modelops.contracts.custom_expectations import CUSTOM_EXPECTATION_TYPES, element_lengths_ok, list_length_ok
+from modelops.contracts.custom_expectations import (
+    CUSTOM_EXPECTATION_TYPES,
+    arrow_element_lengths_ok,
+    arrow_list_lengths_ok,
+    element_lengths_ok,
+    list_length_ok,
+)
 from modelops.contracts.validation import ValidationReport, validate
 from modelops.errors import ContractError
 from modelops.features import load_features
@@ -90,6 +96,37 @@ def test_list_predicates() -> None:
     assert element_lengths_ok(["a", "b" * 32], 1, 32)
     assert not element_lengths_ok(["", "a"], 1, 32) and not element_lengths_ok(["a" * 33], 1, 32)
     assert not element_lengths_ok([None], 1, 32) and not element_lengths_ok([3], 1, 32)
+
+
+LIST_CASES = [["a"], [], ["a"] * 51, ["a", "b" * 32], ["", "a"], ["a" * 33], [None], ["x", None], None]
+
+
+def test_vectorised_arrow_predicates_agree_with_the_python_ones() -> None:
+    import pyarrow as pa
+
+    array = pa.array(LIST_CASES, pa.list_(pa.string()))
+    expected_lengths = [v is not None and list_length_ok(v, 1, 50) for v in LIST_CASES]
+    expected_elements = [v is not None and element_lengths_ok(v, 1, 32) for v in LIST_CASES]
+    assert arrow_list_lengths_ok(array, 1, 50).tolist() == expected_lengths
+    assert arrow_element_lengths_ok(array, 1, 32).tolist() == expected_elements
+    numbers = pa.array([[1], [], None], pa.list_(pa.int64()))
+    assert arrow_element_lengths_ok(numbers, 1, 32).tolist() == [False, True, False]
+
+
+def test_list_columns_are_validated_through_arrow_and_untypable_ones_as_objects() -> None:
+    from modelops.contracts.validation import arrow_backed_lists
+
+    frame = pd.DataFrame({"user_id": ["u"] * len(LIST_CASES), "item_ids": LIST_CASES, "timestamp": 1764460800})
+    converted = arrow_backed_lists(frame)
+    assert isinstance(converted["item_ids"].dtype, pd.ArrowDtype) and frame["item_ids"].dtype == object
+    failed = {o.expectation: o.unexpected_count for o in validate(frame, suites.request_suite()).failed}
+    assert failed["expect_column_list_lengths_to_be_between"] == 2
+    assert failed["expect_column_list_element_lengths_to_be_between"] == 4
+
+    mixed = pd.DataFrame({"user_id": ["u", "v"], "item_ids": [["a", 1], ["b"]], "timestamp": 1764460800})
+    assert arrow_backed_lists(mixed)["item_ids"].dtype == object
+    failed = {o.expectation: o.unexpected_count for o in validate(mixed, suites.request_suite()).failed}
+    assert failed == {"expect_column_list_element_lengths_to_be_between": 1}
 
 
 GOOD = pd.DataFrame(

@@ -23,6 +23,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 from great_expectations.execution_engine.pandas_execution_engine import PandasExecutionEngine
 from great_expectations.execution_engine.sparkdf_execution_engine import SparkDFExecutionEngine
 from great_expectations.expectations.expectation import ColumnMapExpectation
@@ -32,6 +34,7 @@ from great_expectations.expectations.metrics.map_metric_provider.column_conditio
 from great_expectations.expectations.metrics.map_metric_provider.column_map_metric_provider import (
     ColumnMapMetricProvider,
 )
+from numpy.typing import NDArray
 
 
 def _as_sequence(value: Any) -> Sequence[Any] | None:
@@ -64,6 +67,46 @@ def element_lengths_ok(value: Any, min_value: int | None, max_value: int | None)
     return True
 
 
+def arrow_list_array(column: pd.Series) -> pa.Array | None:
+    """The column as one Arrow list array when it is Arrow-backed (``pd.ArrowDtype(list<...>)``), else None."""
+    dtype = column.dtype
+    if not isinstance(dtype, pd.ArrowDtype):
+        return None
+    if not (pa.types.is_list(dtype.pyarrow_dtype) or pa.types.is_large_list(dtype.pyarrow_dtype)):
+        return None
+    array = column.array.__arrow_array__()
+    return array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
+
+
+def _arrow_between(values: pa.Array, min_value: int | None, max_value: int | None) -> NDArray[np.bool_]:
+    lengths = np.asarray(pc.fill_null(values, -1).to_numpy(zero_copy_only=False))
+    ok = lengths >= 0  # null: unexpected
+    if min_value is not None:
+        ok &= lengths >= min_value
+    if max_value is not None:
+        ok &= lengths <= max_value
+    return ok
+
+
+def arrow_list_lengths_ok(array: pa.Array, min_value: int | None, max_value: int | None) -> NDArray[np.bool_]:
+    """Vectorised :func:`list_length_ok` over an Arrow list array."""
+    return _arrow_between(pc.list_value_length(array), min_value, max_value)
+
+
+def arrow_element_lengths_ok(array: pa.Array, min_value: int | None, max_value: int | None) -> NDArray[np.bool_]:
+    """Vectorised :func:`element_lengths_ok` over an Arrow list array."""
+    ok = np.asarray(array.is_valid().to_numpy(zero_copy_only=False)).copy()
+    value_type = array.type.value_type
+    flat = pc.list_flatten(array)
+    parents = np.asarray(pc.list_parent_indices(array).to_numpy(zero_copy_only=False))
+    if pa.types.is_string(value_type) or pa.types.is_large_string(value_type):
+        bad = ~_arrow_between(pc.utf8_length(flat), min_value, max_value)
+    else:  # not strings at all: every non-empty list is unexpected
+        bad = np.ones(len(flat), dtype=bool)
+    ok[np.unique(parents[bad])] = False
+    return ok
+
+
 def _spark_between(expr: Any, min_value: int | None, max_value: int | None) -> Any:
     from pyspark.sql import functions as F
 
@@ -85,12 +128,13 @@ class ColumnValuesListLengthBetween(ColumnMapMetricProvider):  # type: ignore[mi
     def _pandas(
         cls, column: pd.Series, min_value: int | None = None, max_value: int | None = None, **kwargs: Any
     ) -> pd.Series:
+        array = arrow_list_array(column)
+        if array is not None:
+            return pd.Series(arrow_list_lengths_ok(array, min_value, max_value), index=column.index)
         return column.map(lambda v: list_length_ok(v, min_value, max_value)).astype(bool)
 
     @column_condition_partial(engine=SparkDFExecutionEngine)  # type: ignore[misc]
-    def _spark(
-        cls, column: Any, min_value: int | None = None, max_value: int | None = None, **kwargs: Any
-    ) -> Any:
+    def _spark(cls, column: Any, min_value: int | None = None, max_value: int | None = None, **kwargs: Any) -> Any:
         from pyspark.sql import functions as F
 
         # A null condition would be neither expected nor unexpected: coalesce to False.
@@ -107,18 +151,17 @@ class ColumnValuesListElementLengthBetween(ColumnMapMetricProvider):  # type: ig
     def _pandas(
         cls, column: pd.Series, min_value: int | None = None, max_value: int | None = None, **kwargs: Any
     ) -> pd.Series:
+        array = arrow_list_array(column)
+        if array is not None:
+            return pd.Series(arrow_element_lengths_ok(array, min_value, max_value), index=column.index)
         return column.map(lambda v: element_lengths_ok(v, min_value, max_value)).astype(bool)
 
     @column_condition_partial(engine=SparkDFExecutionEngine)  # type: ignore[misc]
-    def _spark(
-        cls, column: Any, min_value: int | None = None, max_value: int | None = None, **kwargs: Any
-    ) -> Any:
+    def _spark(cls, column: Any, min_value: int | None = None, max_value: int | None = None, **kwargs: Any) -> Any:
         from pyspark.sql import functions as F
 
         # A null element gives length null: coalesce makes it unexpected instead of unknown.
-        each = F.forall(
-            column, lambda x: F.coalesce(_spark_between(F.length(x), min_value, max_value), F.lit(False))
-        )
+        each = F.forall(column, lambda x: F.coalesce(_spark_between(F.length(x), min_value, max_value), F.lit(False)))
         return F.coalesce(each, F.lit(False))
 
 

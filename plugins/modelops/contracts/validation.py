@@ -15,7 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import great_expectations as gx
+import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from modelops.contracts import suites as _suites  # registers the custom expectations
 from modelops.errors import ContractError
@@ -180,6 +183,8 @@ def validate(
         ContractError: GX could not run the validation at all (not: the data failed).
     """
     engine = "pandas" if isinstance(data, pd.DataFrame) else "spark"
+    if isinstance(data, pd.DataFrame):
+        data = arrow_backed_lists(data)
     context = _context()
     try:
         if engine == "pandas":
@@ -210,6 +215,40 @@ def validate(
     )
 
 
+def _is_list_cell(value: Any) -> bool:
+    return isinstance(value, list | tuple | np.ndarray)
+
+
+def arrow_backed_lists(frame: pd.DataFrame) -> pd.DataFrame:
+    """List columns held as Python objects become Arrow-backed (``pd.ArrowDtype(list<...>)``).
+
+    Two reasons. GX fingerprints every pandas batch; a column of numpy arrays cannot be
+    hashed, so GX pickles the whole frame instead (~10 s per million requests, twice per
+    validation), while an Arrow-backed column pickles as a few buffers. And the custom list
+    expectations run vectorised on Arrow (``list_value_length``, ``utf8_length``). A column
+    Arrow cannot type (mixed element types) stays as it is: the expectations still judge it.
+    """
+    converted: dict[str, pd.Series] = {}
+    for column in frame.columns:
+        series = frame[column]
+        if series.dtype != object:
+            continue
+        first = series.dropna().head(1)
+        if first.empty or not _is_list_cell(first.iloc[0]):
+            continue
+        try:
+            array = pa.array(series.to_numpy(), from_pandas=True)
+        except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError):
+            continue
+        if pa.types.is_list(array.type) or pa.types.is_large_list(array.type):
+            converted[str(column)] = pd.Series(pd.arrays.ArrowExtensionArray(array), index=series.index)
+    return frame.assign(**converted) if converted else frame
+
+
+def _arrow_lists_mapper(dtype: pa.DataType) -> Any:
+    return pd.ArrowDtype(dtype) if pa.types.is_list(dtype) or pa.types.is_large_list(dtype) else None
+
+
 def _parse_json_lists_pandas(frame: pd.DataFrame) -> pd.DataFrame:
     """CSV has no list type: cells written as JSON arrays (``["i_1","i_2"]``) become lists."""
     for column in frame.columns:
@@ -229,8 +268,8 @@ def read_pandas(path: Path | str) -> pd.DataFrame:
     try:
         if path.suffix.lower() == ".csv":
             return _parse_json_lists_pandas(pd.read_csv(path))
-        return pd.read_parquet(path)
-    except (OSError, ValueError) as exc:
+        return pq.read_table(path).to_pandas(types_mapper=_arrow_lists_mapper)
+    except (OSError, ValueError, pa.ArrowException) as exc:
         raise ContractError(f"cannot read {path}: {exc}") from exc
 
 
