@@ -23,6 +23,14 @@ EXPECTED = {
         "spark_join": ["publish_metrics"],
         "publish_metrics": [],
     },
+    "nightly_drift": {
+        "stage_samples": ["validate_feature_contract"],
+        "validate_feature_contract": ["prepare_versions"],
+        "prepare_versions": ["publish_reports", "spark_arguments"],
+        "spark_arguments": ["spark_drift"],
+        "spark_drift": ["publish_reports"],
+        "publish_reports": [],
+    },
 }
 
 

@@ -157,7 +157,7 @@ def verify(candidate: Mapping[str, str], published: Mapping[str, Any]) -> dict[s
     return asdict(check)
 
 
-def _model_names(client: Any) -> list[str]:
+def registered_model_names(client: Any) -> list[str]:
     from mlflow.exceptions import MlflowException
 
     try:
@@ -176,7 +176,7 @@ def staging_versions_to_release(models: list[str] | None = None) -> list[dict[st
     from modelops.registry.mlflow_registry import MlflowRegistry
 
     registry = MlflowRegistry.from_settings()
-    names = models or _model_names(registry.client)
+    names = models or registered_model_names(registry.client)
     confs = []
     for name in names:
         for info in registry.versions(name, stage="Staging"):

@@ -1,0 +1,83 @@
+"""nightly_drift: KS drift of every Production version's features and score, with root causes.
+
+Daily, for the day that just ended: copy the day's scored samples from the object store,
+validate them against the feature contract (the GX feature suite, on Spark) — that result
+goes into every report — then for each model version in Production compare the day's
+samples with the version's launch-day baseline (captured automatically on the first full
+day after promotion and recorded on the MLflow version) with the Spark job
+(`modelops drift` through the Apache Spark provider). Reports go to
+``reports/drift/<model>/v<K>/dt=D/`` and to the version's MLflow run; drift notifies
+through apprise with the top causes and where the report is.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pendulum
+from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
+from airflow.sdk import Asset, dag, get_current_context, task
+
+SUBMIT_APP = str(Path(__file__).resolve().parents[1] / "plugins" / "modelops" / "jobs" / "submit_main.py")
+DRIFT_REPORTS = Asset("s3://modelops/reports/drift")
+
+
+@dag(
+    dag_id="nightly_drift",
+    schedule="@daily",
+    start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
+    catchup=False,
+    max_active_runs=1,
+    tags=["modelops", "spark", "drift"],
+    doc_md=__doc__,
+)
+def nightly_drift() -> None:
+    @task(retries=2)
+    def stage_samples() -> dict[str, Any]:
+        from modelops.jobs.drift_tasks import stage_day
+
+        return stage_day(get_current_context()["ds"])
+
+    @task(retries=1)
+    def validate_feature_contract(staged: dict[str, Any]) -> dict[str, Any]:
+        from modelops.jobs.drift_tasks import validate_contract
+
+        return validate_contract(get_current_context()["ds"])
+
+    @task(retries=2)
+    def prepare_versions(contract: dict[str, Any]) -> list[dict[str, Any]]:
+        from modelops.jobs.drift_tasks import prepare_version, production_versions
+
+        day = get_current_context()["ds"]
+        prepared = [p for v in production_versions() if (p := prepare_version(day, v)) is not None]
+        print(f"{len(prepared)} version(s) to compare on {day}")
+        return prepared
+
+    @task
+    def spark_arguments(prepared: list[dict[str, Any]]) -> list[list[str]]:
+        from modelops.config import settings
+        from modelops.jobs.drift_tasks import submit_args
+
+        day = get_current_context()["ds"]
+        return [submit_args(p, day, settings().spark_master) for p in prepared]
+
+    @task(outlets=[DRIFT_REPORTS], retries=2)
+    def publish_reports(prepared: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        from modelops.jobs.drift_tasks import publish
+
+        day = get_current_context()["ds"]
+        return [publish(day, p) for p in prepared]
+
+    prepared = prepare_versions(validate_feature_contract(stage_samples()))
+    spark_drift = SparkSubmitOperator.partial(
+        task_id="spark_drift",
+        application=SUBMIT_APP,
+        conn_id="modelops_spark",
+        name="modelops-nightly-drift",
+        retries=1,
+    ).expand(application_args=spark_arguments(prepared))
+    spark_drift >> publish_reports(prepared)
+
+
+nightly_drift()
