@@ -1,0 +1,175 @@
+"""Real adapters of the runner's ports: routes in the object store, Triton, MLflow, checkpoints.
+
+Heavy clients (boto3, mlflow, tritonclient) are imported by the wrapped modules only when
+an adapter is used.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Protocol
+
+from modelops.canary.runner import Checkpoint, VersionRef
+from modelops.errors import ContractError, ModelopsError
+from modelops.gateway.routes import Routes, load_routes, routes_key, serialize_routes
+from modelops.gateway.routes import VersionRef as RouteVersion
+
+if TYPE_CHECKING:
+    from modelops.config import Settings
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+GetJson = Callable[[str], Any]
+
+
+class RoutesNotApplied(ModelopsError):
+    """A gateway did not report the new routes revision in time (transient: retry)."""
+
+
+class BlobStore(Protocol):
+    """The part of :class:`modelops.objectstore.ObjectStore` the adapters use."""
+
+    def exists(self, key: str) -> bool: ...
+
+    def get_bytes(self, key: str) -> bytes: ...
+
+    def put_bytes(self, key: str, data: bytes, *, content_type: str = ...) -> str: ...
+
+
+def next_routes(current: Routes | None, model: str, stable: VersionRef, canary: VersionRef | None, weight: float,
+                by: str, now: datetime) -> Routes:
+    """The routes document that follows ``current`` (its revision + 1)."""
+    return Routes(model=model, revision=(current.revision + 1) if current else 1,
+                  stable=RouteVersion(stable.triton_version, stable.sha256),
+                  canary=None if canary is None else RouteVersion(canary.triton_version, canary.sha256),
+                  canary_weight=weight if canary is not None else 0.0,
+                  updated_at=now.isoformat(), updated_by=by)
+
+
+def http_get_json(timeout_s: float = 3.0) -> GetJson:
+    def get(url: str) -> Any:
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as response:
+                return json.loads(response.read().decode("utf-8"))
+        except (OSError, urllib.error.URLError, ValueError) as exc:
+            raise ConnectionError(f"{url}: {exc}") from exc
+
+    return get
+
+
+@dataclass
+class ObjectStoreRoutes:
+    """Writes ``routes/<model>.json`` and waits until every gateway reports the new revision.
+
+    The moment returned is the latest ``applied_at`` the gateways report (their own clock),
+    or the time of the poll that saw the revision when a gateway gives none.
+    """
+
+    store: BlobStore
+    gateway_urls: Sequence[str]
+    get_json: GetJson = field(default_factory=http_get_json)
+    timeout_s: float = 30.0
+    poll_s: float = 0.2
+    clock: Callable[[], float] = time.time
+    sleep: Callable[[float], None] = time.sleep
+
+    def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str) -> float:
+        key = routes_key(model)
+        current = load_routes(self.store.get_bytes(key)) if self.store.exists(key) else None
+        routes = next_routes(current, model, stable, canary, weight, by, datetime.fromtimestamp(self.clock(), UTC))
+        self.store.put_bytes(key, serialize_routes(routes), content_type="application/json")
+        return self.wait(model, routes.revision)
+
+    def wait(self, model: str, revision: int) -> float:
+        """Poll ``GET /v1/routes`` of every gateway until each reports ``revision`` or newer."""
+        deadline = self.clock() + self.timeout_s
+        applied: dict[str, float] = {}
+        last_error = ""
+        while True:
+            for url in self.gateway_urls:
+                if url in applied:
+                    continue
+                try:
+                    view = self.get_json(f"{url.rstrip('/')}/v1/routes")
+                    entry = view["models"][model]
+                except (ConnectionError, KeyError, TypeError) as exc:
+                    last_error = f"{url}: {exc}"
+                    continue
+                if int(entry.get("revision", -1)) >= revision:
+                    applied[url] = _epoch(entry.get("applied_at", "")) or self.clock()
+            if len(applied) == len(self.gateway_urls):
+                return max(applied.values(), default=self.clock())
+            if self.clock() >= deadline:
+                missing = sorted(set(self.gateway_urls) - set(applied))
+                raise RoutesNotApplied(f"routes {model} revision {revision}: not applied within {self.timeout_s:g} s "
+                                       f"by {missing}" + (f" (last error: {last_error})" if last_error else ""))
+            self.sleep(self.poll_s)
+
+
+def _epoch(iso: str) -> float | None:
+    try:
+        return datetime.fromisoformat(iso).timestamp() if iso else None
+    except ValueError:
+        return None
+
+
+@dataclass
+class TritonServing:
+    """Load / unload through :mod:`modelops.serving.api`."""
+
+    cfg: Settings | None = None
+
+    def load(self, model: str, triton_version: int) -> None:
+        from modelops.serving.api import load_version
+
+        load_version(model, triton_version, cfg=self.cfg)
+
+    def unload(self, model: str, triton_version: int) -> None:
+        from modelops.serving.api import unload_version
+
+        unload_version(model, triton_version, cfg=self.cfg)
+
+
+@dataclass
+class MlflowRegistryPort:
+    """Promotion and rollback bookkeeping through :class:`MlflowRegistry`."""
+
+    registry: MlflowRegistry
+
+    def promote(self, model: str, mlflow_version: str) -> None:
+        self.registry.promote(model, mlflow_version)
+
+    def mark_rollback(self, model: str, mlflow_version: str, reason: str) -> None:
+        self.registry.mark_rollback(model, mlflow_version, reason=reason)
+
+    def set_tags(self, model: str, mlflow_version: str, tags: Mapping[str, str]) -> None:
+        self.registry.set_tags(model, mlflow_version, tags)
+
+
+def checkpoint_key(model: str, canary_triton_version: int) -> str:
+    """Object-store key of a release's checkpoint."""
+    return f"canary/{model}/v{canary_triton_version}.json"
+
+
+@dataclass
+class ObjectStoreStatusStore:
+    """The checkpoint in the object store, readable by every Airflow component after a restart."""
+
+    store: BlobStore
+    key: str
+
+    def load(self) -> Checkpoint | None:
+        try:
+            if not self.store.exists(self.key):
+                return None
+            return Checkpoint.from_json(self.store.get_bytes(self.key).decode("utf-8"))
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ContractError(f"canary checkpoint {self.key}: unreadable ({exc})") from exc
+
+    def save(self, checkpoint: Checkpoint) -> None:
+        self.store.put_bytes(self.key, checkpoint.to_json().encode("utf-8"), content_type="application/json")
