@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
+from modelops.errors import ContractError
 from modelops.features import DEFAULT_FEATURES_FILE
 
 
@@ -25,9 +27,18 @@ def _positive(raw: str) -> int:
 def _run(args: argparse.Namespace) -> int:
     from modelops.drift.job import run_drift
 
+    sections = None
+    if args.sections:
+        try:
+            sections = json.loads(Path(args.sections).read_text())
+        except (OSError, ValueError) as exc:
+            raise ContractError(f"--sections {args.sections}: must be a readable JSON object "
+                                f"(example: {{\"Feature contract\": {{\"success\": true}}}}): {exc}") from exc
+        if not isinstance(sections, dict):
+            raise ContractError(f"--sections {args.sections}: must hold a JSON object (title -> content)")
     result = run_drift(
         args.baseline, args.current, args.features, args.out,
-        threshold=args.threshold, max_rows=args.max_rows, master=args.master,
+        threshold=args.threshold, max_rows=args.max_rows, master=args.master, extra_sections=sections,
     )
     print(json.dumps({
         "drifted": result.drifted, "top_causes": list(result.top_causes),
@@ -57,6 +68,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                         help="KS D above which a column drifts, unless its drift_threshold says otherwise")
     parser.add_argument("--max-rows", type=_positive, default=1_000_000,
                         help="per side; a larger side is reduced to a seeded uniform sample of this size")
+    parser.add_argument("--sections", default=None, metavar="FILE",
+                        help="JSON object of extra report sections (title -> text, mapping or list of mappings)")
     parser.add_argument("--master", default=None,
                         help="Spark master URL (default: MODELOPS_SPARK_MASTER, local[2])")
     parser.set_defaults(func=_run)
