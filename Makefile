@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # pip's configured extra indexes on these machines print one warning per package; keep the log readable.
 QUIET_PIP := grep -v "^WARNING: Location" || true
 
-.PHONY: venv demo test lint typecheck unit integration bench stack-up stack-down clean
+.PHONY: venv system-deps demo test lint typecheck unit integration bench stack-up stack-down clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@echo "==> creating $(VENV) from requirements.lock (first time: ~2-4 minutes)"
@@ -25,7 +25,13 @@ venv: $(STAMP)
 demo: venv
 	$(BIN)/modelops demo
 
-test: venv lint typecheck
+# Debian's chromium opens the drift report in the integration tests (headless, as root in CI).
+system-deps:
+	@command -v chromium >/dev/null || { \
+	  echo "==> installing Debian's chromium (headless browser for the report tests)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+test: venv system-deps lint typecheck
 	$(BIN)/pytest
 
 lint: venv
