@@ -280,3 +280,24 @@ def test_nan_never_leaks_into_json() -> None:
     assert run.final.last_analysis is not None
     restored = CanaryStatus.from_json(text).last_analysis
     assert restored is not None and math.isnan(restored.gates[0].value)
+
+
+def test_report_table_and_summary() -> None:
+    from modelops.canary.report import analysis_table, summary
+
+    run = play([GOOD, BAD, BAD, RollbackApplied(1033.5)])
+    analysis = run.final.last_analysis
+    assert analysis is not None
+    text = analysis_table(analysis, 0.05)
+    assert "error_rate" in text and "failed" in text and "at 5%" in text
+    note = summary(run.final)
+    assert note.startswith("rec v4 (stable v3): rolled_back, canary weight 0%") and "MTTR 23.5 s" in note
+    assert "progressing → rolling_back" in note
+
+
+def test_every_spec_field_is_documented() -> None:
+    from modelops.canary.spec import describe
+
+    docs = describe()
+    assert docs["failure_limit"] == (2, "failed analyses (over the whole release) that trigger a rollback.")
+    assert all(text for _, text in docs.values()), [k for k, (_, t) in docs.items() if not t]

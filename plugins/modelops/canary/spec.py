@@ -100,6 +100,33 @@ class CanarySpec:
         return cls.from_dict(json.loads(text))
 
 
+def describe() -> dict[str, tuple[Any, str]]:
+    """Every spec field with its default and its documentation (for DAG params and the README).
+
+    Taken from the Attributes section of :class:`CanarySpec`'s docstring, so the two
+    cannot drift apart.
+    """
+    docs: dict[str, str] = {}
+    current = ""
+    in_attributes = False
+    for line in (CanarySpec.__doc__ or "").splitlines():
+        text = line.strip()
+        if text == "Attributes:":
+            in_attributes = True
+            continue
+        if not in_attributes or not text:
+            continue
+        name, sep, rest = text.partition(": ")
+        if sep and name.isidentifier() and line.startswith(" " * 8) and not line.startswith(" " * 9):
+            current = name
+            docs[current] = rest
+        elif current:
+            docs[current] += " " + text
+    defaults = CanarySpec()
+    return {f.name: (getattr(defaults, f.name), docs.get(f.name, "")) for f in fields(CanarySpec)
+            if f.name != "schema_version"}
+
+
 def spec_problems(spec: CanarySpec) -> list[str]:
     """Every rule the spec breaks, each naming the field, the rule and an example."""
     problems: list[str] = []

@@ -1,0 +1,42 @@
+"""Human-readable views of a release: the per-analysis table (task log) and the run summary (DAG run note)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime
+
+from modelops.canary.gates import Analysis
+from modelops.canary.status import CanaryStatus
+from modelops.notify.message import table
+
+
+def _fmt(value: float) -> str:
+    return "n/a" if math.isnan(value) else f"{value:.4g}"
+
+
+def _time(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%H:%M:%S")
+
+
+def analysis_table(analysis: Analysis, weight: float) -> str:
+    """One analysis as a table: a row per gate with value, threshold, verdict and detail."""
+    head = (f"analysis {_time(analysis.window_start)}–{_time(analysis.window_end)} UTC at {weight:.0%}: "
+            f"{analysis.verdict.value} (requests canary {_fmt(analysis.canary_requests)}, "
+            f"stable {_fmt(analysis.stable_requests)})")
+    rows = [(g.name, _fmt(g.value), _fmt(g.threshold), g.verdict.value, g.detail) for g in analysis.gates]
+    body = table(rows, ("gate", "value", "threshold", "verdict", "detail"))
+    incident = f"\nincident: {analysis.incident}" if analysis.incident else ""
+    return f"{head}\n{body}{incident}"
+
+
+def summary(status: CanaryStatus) -> str:
+    """The release in a few lines (phase, final weight, reason, MTTR) and its timeline."""
+    mttr = "n/a" if status.mttr_s is None else f"{status.mttr_s:.1f} s"
+    lines = [f"{status.model} v{status.canary_version} (stable v{status.stable_version}): {status.phase.value}, "
+             f"canary weight {status.weight:.0%}, {status.analyses} analyses, {status.failed_checks} failed, "
+             f"MTTR {mttr}"]
+    if status.reason:
+        lines.append(f"reason: {status.reason}")
+    lines += [f"{_time(t.at)} {t.source.value} → {t.target.value}" + (f" ({t.reason})" if t.reason else "")
+              for t in status.transitions]
+    return "\n".join(lines)
