@@ -187,9 +187,12 @@ print(json.dumps({"seconds": time.perf_counter() - t0, "drifted": r.drifted, "to
 
 def spark_end_to_end(base: Path, cur: Path, out: Path, rows: int) -> float:
     start = time.perf_counter()
-    env = {**os.environ, "PYTHONPATH": str(ROOT / "plugins")}
-    subprocess.run([sys.executable, "-c", _E2E, str(base), str(cur), str(DEFAULT_FEATURES_FILE), str(out),
-                    str(rows)], check=True, env=env, capture_output=True, text=True)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        p for p in (str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")) if p)}
+    done = subprocess.run([sys.executable, "-c", _E2E, str(base), str(cur), str(DEFAULT_FEATURES_FILE), str(out),
+                           str(rows)], env=env, capture_output=True, text=True)
+    if done.returncode:
+        raise RuntimeError(f"end-to-end run failed ({done.returncode}):\n{done.stderr[-3000:]}")
     return time.perf_counter() - start
 
 
@@ -227,15 +230,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         for r in range(args.rounds):
             t, _ = _timed(lambda: numpy_exact(pool, base, cur, columns))
             times["numpy"].append(t)
+            print(f"round {r + 1}: numpy {t:.2f} s", flush=True)
             t, result = _timed(lambda: compute_drift(spark, str(base), str(cur), features, max_rows=args.rows))
             times["job"].append(t)
+            phases = ", ".join(f"{k} {v:.1f}" for k, v in result.timings.items())  # type: ignore[attr-defined]
+            print(f"round {r + 1}: job {t:.2f} s ({phases})", flush=True)
             if not args.no_duckdb:
                 t, duck = _timed(lambda: duckdb_exact(base, cur, columns))
                 times["duckdb"].append(t)
                 worst_duck = max(abs(duck[c] - exact[c]) for c in columns)  # type: ignore[index]
+                print(f"round {r + 1}: duckdb {t:.2f} s", flush=True)
             if not args.no_e2e:
                 times["e2e"].append(spark_end_to_end(base, cur, args.cache / "out", args.rows))
-            print(f"round {r + 1}: " + ", ".join(f"{k} {v[-1]:.2f} s" for k, v in times.items() if v), flush=True)
+                print(f"round {r + 1}: job end to end {times['e2e'][-1]:.2f} s", flush=True)
     spark.stop()
 
     summary = result.summary  # type: ignore[attr-defined]

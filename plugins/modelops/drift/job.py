@@ -146,12 +146,12 @@ def _limit_rows(df: DataFrame, max_rows: int, columns: Sequence[str], seed: int)
 
     key = _sample_key(df, columns, seed)
     keyed = df.select(key.alias("k"))
-    buckets = keyed.groupBy(F.shiftright("k", 44).alias("b")).count().toArrow().sort_by("b")
+    buckets = keyed.groupBy(F.shiftright("k", 48).alias("b")).count().toArrow().sort_by("b")
     counts = np.cumsum(buckets.column("count").to_numpy())
     at = int(np.searchsorted(counts, max_rows, side="left"))
     bucket = int(buckets.column("b")[at].as_py())
     before = int(counts[at - 1]) if at else 0
-    inside = np.sort(keyed.where(F.shiftright("k", 44) == bucket).toArrow().column("k").to_numpy())
+    inside = np.sort(keyed.where(F.shiftright("k", 48) == bucket).toArrow().column("k").to_numpy())
     cut = int(inside[max_rows - before - 1])
     used = before + int(np.searchsorted(inside, cut, side="right"))
     return df.where(key <= F.lit(cut)), used
@@ -440,7 +440,8 @@ def _empty_like(edges: FloatArray, rows: int) -> Partial:
 def run_drift(
     baseline: str, current: str, features_file: str, out_dir: str, *,
     threshold: float = 0.05, max_rows: int = 1_000_000, master: str | None = None,
-    extra_sections: Mapping[str, Any] | None = None, spark: SparkSession | None = None,
+    extra_sections: Mapping[str, Any] | Sequence[tuple[str, Any]] | None = None,
+    spark: SparkSession | None = None,
     options: JobOptions | None = None,
 ) -> DriftResult:
     """Run the drift job end to end: compute, write ``drift.json`` and ``drift_report.html``.
@@ -453,7 +454,8 @@ def run_drift(
         threshold: default KS threshold (a feature's ``drift_threshold`` wins).
         max_rows: per-side row cap; larger sides are sampled (seeded, deterministic).
         master: Spark master URL; ``MODELOPS_SPARK_MASTER`` when omitted.
-        extra_sections: more report sections, title -> content (text, mapping or list of mappings).
+        extra_sections: more report sections, title -> content (a mapping, or (title, content)
+            pairs to keep an order); content is text, a mapping, a list of mappings or a list.
         spark: an existing session to reuse (``master`` is then ignored).
         options: tuning; see :class:`JobOptions`.
     """
@@ -468,7 +470,7 @@ def run_drift(
                                 options=options)
     summary = computation.summary
     json_path, html_path = report.write_outputs(
-        out_dir, report.to_json(summary), report.render_html(computation, extra_sections or {},
+        out_dir, report.to_json(summary), report.render_html(computation, dict(extra_sections or {}),
                                                            baseline=baseline, current=current),
     )
     return DriftResult(summary.drifted, summary.top_causes, json_path, html_path,

@@ -298,5 +298,6 @@ def write_outputs(out_dir: str, document: Mapping[str, Any], page: str) -> tuple
         fd, tmp = tempfile.mkstemp(dir=directory, prefix=f".{path.name}.")
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; reports are meant to be read
         os.replace(tmp, path)
     return str(paths[0]), str(paths[1])
