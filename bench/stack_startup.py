@@ -2,7 +2,7 @@
 
 cold = a fresh state directory (databases created, Triton unpacked); warm = the same
 directory after `down` (databases exist). Each round runs cold then warm, in the same
-process, on ports 48xxx (so a developer's stack on the default ports is untouched).
+process, on ports 23xxx (so a developer's stack on the default ports is untouched).
 Memory is the sum of PSS (proportional set size: shared pages split between the
 processes that map them, so the sum does not double-count) over every process of the
 stack, children included, measured right after a warm `up`; RSS is printed beside it.
@@ -26,11 +26,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 BENCH_ENV = {
-    "MODELOPS_S3_PORT": "48310", "MODELOPS_MLFLOW_PORT": "48510", "MODELOPS_TRITON_HTTP_PORT": "48300",
-    "MODELOPS_TRITON_GRPC_PORT": "48301", "MODELOPS_TRITON_METRICS_PORT": "48302",
-    "MODELOPS_AIRFLOW_PORT": "48380", "MODELOPS_AIRFLOW_WORKER_LOG_PORT": "48393",
-    "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": "48394", "MODELOPS_GATEWAY_PORT": "48400",
-    "MODELOPS_POSTGRES_PORT": "48532",
+    "MODELOPS_S3_PORT": "48310", "MODELOPS_MLFLOW_PORT": "23510", "MODELOPS_TRITON_HTTP_PORT": "23300",
+    "MODELOPS_TRITON_GRPC_PORT": "23301", "MODELOPS_TRITON_METRICS_PORT": "23302",
+    "MODELOPS_AIRFLOW_PORT": "23380", "MODELOPS_AIRFLOW_WORKER_LOG_PORT": "23393",
+    "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": "23394", "MODELOPS_GATEWAY_PORT": "23400",
+    "MODELOPS_POSTGRES_PORT": "23532",
 }
 TARGETS = {"warm_s": 30.0, "cold_s": 90.0, "memory_gb": 3.0}
 

@@ -1,6 +1,6 @@
 """Shared fixtures. Integration tests run against ONE embedded stack per test session.
 
-The test stack uses its own state directory and ports (47xxx) so it never collides
+The test stack uses its own state directory and ports (24xxx) so it never collides
 with a developer's `modelops stack up` on the default ports. The MODELOPS_* variables
 are set here, before any test imports settings, so code under test, the stack's
 services and subprocesses all see the same configuration.
@@ -19,7 +19,8 @@ import pytest
 from modelops.config import Settings
 from tests.support.receiver import NotificationReceiver
 
-_BASE = int(os.environ.get("MODELOPS_TEST_PORT_BASE", "47000"))  # another base runs a second suite beside
+# Below the ephemeral port range (32768+), so outgoing connections never hold a test port.
+_BASE = int(os.environ.get("MODELOPS_TEST_PORT_BASE", "24000"))  # another base runs a second suite beside
 TEST_ENV = {
     "MODELOPS_S3_PORT": str(_BASE + 310),
     "MODELOPS_MLFLOW_PORT": str(_BASE + 510),

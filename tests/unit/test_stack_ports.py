@@ -18,9 +18,9 @@ def test_taken_port_is_reported_before_anything_starts(tmp_path: Path) -> None:
         blocker.listen()
         port = blocker.getsockname()[1]
         cfg = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_MLFLOW_PORT": str(port),
-                             "MODELOPS_S3_PORT": "47911", "MODELOPS_TRITON_HTTP_PORT": "47912",
-                             "MODELOPS_TRITON_GRPC_PORT": "47913", "MODELOPS_TRITON_METRICS_PORT": "47914",
-                             "MODELOPS_AIRFLOW_PORT": "47915", "MODELOPS_GATEWAY_PORT": "47916"})
+                             "MODELOPS_S3_PORT": "22911", "MODELOPS_TRITON_HTTP_PORT": "22912",
+                             "MODELOPS_TRITON_GRPC_PORT": "22913", "MODELOPS_TRITON_METRICS_PORT": "22914",
+                             "MODELOPS_AIRFLOW_PORT": "22915", "MODELOPS_GATEWAY_PORT": "22916"})
         with pytest.raises(StackError) as info:
             launcher.up(cfg, progress=lambda line: None)
     message = str(info.value)
