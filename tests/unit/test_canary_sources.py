@@ -1,6 +1,8 @@
 """Metrics sources: text parser, counter differencing across resets, scrape and Prometheus adapters.
 
-Samples in ``tests/unit/data``: ``canary_triton_real.txt`` is a real capture of Triton
+Samples in ``tests/unit/data``: ``canary_*_real_t0/t1.txt`` are real captures of a gateway
+and Triton around 120 predictions (taken by ``tests/integration/test_canary_metrics.py``
+with ``MODELOPS_CANARY_CAPTURE``); ``canary_triton_real.txt`` is a real capture of Triton
 2.51's ``/metrics`` (embedded stack); ``canary_triton_t0/t1.txt`` are that capture with
 the ``recommender`` counts edited into a window in which version 1's counters reset;
 ``canary_gateway_*.txt`` were rendered by the gateway's own renderer
@@ -213,3 +215,21 @@ def test_prometheus_down_target_and_outage() -> None:
     outage = PrometheusSource("http://prom:9090", get_json=FakePrometheus({}, fail=True))
     m = outage.measure("recommender", 1, 2, {"at": 100.0}, 110.0)
     assert m.unreachable == ("prometheus http://prom:9090",)
+
+
+def test_measure_from_a_real_gateway_and_triton_capture() -> None:
+    """Captured by tests/integration/test_canary_metrics.py: 120 predictions, 50 on v1, 70 on v2."""
+    model = "canarym_835a9df9"
+
+    def snap(at: float, gateway: str, triton: str) -> Snapshot:
+        return Snapshot(at, {url: keep(((s.key, s.value) for s in parse(text(name))), model)
+                             for url, name in ((GW_A, gateway), (TRITON, triton))})
+
+    before = snap(0.0, "canary_gateway_real_t0.txt", "canary_triton_real_t0.txt")
+    after = snap(10.0, "canary_gateway_real_t1.txt", "canary_triton_real_t1.txt")
+    m = measure_snapshots(before, after, model, stable_version=1, canary_version=2, triton_url=TRITON)
+    assert (m.stable.requests, m.canary.requests) == (50.0, 70.0)
+    assert (m.stable.errors, m.canary.errors) == (0.0, 0.0)
+    assert dict(m.canary.latency_buckets)[math.inf] == 70.0
+    assert 0.0 < p99_ms(m.stable) < 1000.0
+    assert m.stable.score_std == pytest.approx(0.1069013754911906)
