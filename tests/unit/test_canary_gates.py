@@ -146,3 +146,12 @@ def test_spec_json_round_trip() -> None:
         CanarySpec.from_dict({"intervall_s": 5})
     with pytest.raises(ConfigError, match="schema_version"):
         CanarySpec.from_dict({"schema_version": 9})
+
+
+def test_traffic_warnings_name_the_thin_steps() -> None:
+    from modelops.canary.spec import traffic_warnings
+
+    spec = CanarySpec(interval_s=5, min_requests=50)
+    warnings = traffic_warnings(spec, 20.0)  # 100 requests per window in all
+    assert [w.split(":")[0] for w in warnings] == ["step 1%", "step 5%", "step 25%"]
+    assert traffic_warnings(spec, 1000.0) == []

@@ -127,6 +127,24 @@ def describe() -> dict[str, tuple[Any, str]]:
             if f.name != "schema_version"}
 
 
+def traffic_warnings(spec: CanarySpec, requests_per_s: float) -> list[str]:
+    """Steps whose canary or stable share cannot reach ``min_requests`` in one interval at this rate.
+
+    A window carries about ``weight × rate × interval`` canary requests and
+    ``(1 − weight) × rate × interval`` stable ones; below ``min_requests`` every analysis
+    at that step is inconclusive and the release pauses there.
+    """
+    warnings = []
+    for weight in spec.steps[:-1]:
+        canary = weight * requests_per_s * spec.interval_s
+        stable = (1.0 - weight) * requests_per_s * spec.interval_s
+        if min(canary, stable) < spec.min_requests:
+            warnings.append(f"step {weight:.0%}: about {canary:.0f} canary / {stable:.0f} stable requests per "
+                            f"{spec.interval_s:g} s window at {requests_per_s:g} req/s, below min_requests="
+                            f"{spec.min_requests}: raise interval_s or the first weights, or lower min_requests")
+    return warnings
+
+
 def spec_problems(spec: CanarySpec) -> list[str]:
     """Every rule the spec breaks, each naming the field, the rule and an example."""
     problems: list[str] = []
