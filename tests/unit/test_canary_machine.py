@@ -301,3 +301,10 @@ def test_every_spec_field_is_documented() -> None:
     docs = describe()
     assert docs["failure_limit"] == (2, "failed analyses (over the whole release) that trigger a rollback.")
     assert all(text for _, text in docs.values()), [k for k, (_, t) in docs.items() if not t]
+
+
+def test_approval_given_while_paused_promotes_on_resume() -> None:
+    run = play([GOOD] * 4 + [PauseCommand(), ApproveCommand("ann"), ResumeCommand()],
+               CanarySpec(require_approval=True))
+    assert run.final.phase is Phase.PROMOTING and len(run.of(Promote)) == 1
+    assert run.notified() == ["started", "approval_needed", "paused", "resumed"]

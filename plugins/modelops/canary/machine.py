@@ -116,7 +116,11 @@ def advance(spec: CanarySpec, status: CanaryStatus, event: Event, now: float) ->
             return status, ()
         target = status.paused_from or Phase.PROGRESSING
         resumed = _to(status, target, now, f"resumed by {event.by}", paused_from=None, inconclusive_count=0)
-        return resumed, (_notify(resumed, "resumed", f"canary release of {status.model} resumed by {event.by}"),)
+        note = _notify(resumed, "resumed", f"canary release of {status.model} resumed by {event.by}")
+        if target is Phase.WAITING_APPROVAL and status.approved:  # approved while paused
+            promoting, actions = _promote(spec, resumed, now, "approved while paused")
+            return promoting, (note, *actions)
+        return resumed, (note,)
     if isinstance(event, ApproveCommand):
         return _approve(spec, status, event, now)
     if isinstance(event, RollbackApplied):
