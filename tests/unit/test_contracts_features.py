@@ -38,8 +38,9 @@ def broken(features_frame: pd.DataFrame) -> ValidationReport:
     frame.loc[: len(frame) // 10, "user_age_days"] = np.nan  # ~10 % missing > 1 % allowed
     frame["user_ctr_30d"] = 0.5  # in range, but the hand-written mean band fails
     frame = frame.drop(columns=["item_emb_47"])
-    subset = [f for f in FEATURES if f.name in {"item_price", "user_age_days", "user_ctr_30d", "item_emb_47",
-                                                 "user_emb_00"}]
+    subset = [
+        f for f in FEATURES if f.name in {"item_price", "user_age_days", "user_ctr_30d", "item_emb_47", "user_emb_00"}
+    ]
     suite = suites.feature_suite_from_metadata(subset, custom=suites.load_custom_expectations())
     return validate(frame, suite)
 
