@@ -28,29 +28,42 @@ CTR_CVR = Asset("s3://modelops/metrics/ctr_cvr")
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
     max_active_runs=2,
-    params={"window_hours": Param(24, type="number", exclusiveMinimum=0,
-                                  description="Feedback counts up to this many hours after its prediction.")},
+    params={
+        "window_hours": Param(24, type="number", exclusiveMinimum=0,
+                              description="Feedback counts up to this many hours after its prediction."),
+        "day": Param("", type="string", description="YYYY-MM-DD to (re)compute; empty: the run's own day."),
+    },
     tags=["modelops", "spark", "feedback"],
     doc_md=__doc__,
 )
 def feedback_join() -> None:
+    @task
+    def plan_window() -> dict[str, str]:
+        from modelops.jobs.schedule import run_day, wait_until
+
+        context = get_current_context()
+        day = run_day(context, str(context["params"]["day"]))
+        until = wait_until(day, context["dag_run"].run_after, float(context["params"]["window_hours"]))
+        return {"day": day, "wait_until": until.isoformat()}
+
+    plan = plan_window()
     wait_for_late_feedback = DateTimeSensorAsync(
         task_id="wait_for_late_feedback",
-        target_time="{{ data_interval_end.add(hours=params.window_hours | float) }}",
+        target_time="{{ ti.xcom_pull(task_ids='plan_window')['wait_until'] }}",
     )
 
     @task(retries=2)
-    def stage_inputs() -> list[str]:
+    def stage_inputs(plan: dict[str, str]) -> list[str]:
         from modelops.config import settings
         from modelops.jobs.feedback_tasks import stage, submit_args
 
         context = get_current_context()
         window = float(context["params"]["window_hours"])
-        staged = stage(context["ds"], window)
+        staged = stage(plan["day"], window)
         print(f"staged {staged['prediction_files']} prediction and {staged['event_files']} feedback files")
         return submit_args(staged, window, settings().spark_master)
 
-    args = stage_inputs()
+    args = stage_inputs(plan)
     spark_join = SparkSubmitOperator(
         task_id="spark_join",
         application=SUBMIT_APP,
@@ -61,13 +74,13 @@ def feedback_join() -> None:
     )
 
     @task(outlets=[CTR_CVR], retries=2)
-    def publish_metrics() -> dict[str, Any]:
+    def publish_metrics(plan: dict[str, str]) -> dict[str, Any]:
         from modelops.jobs.feedback_tasks import publish
 
-        return publish(get_current_context()["ds"])
+        return publish(plan["day"])
 
-    wait_for_late_feedback >> args
-    args >> spark_join >> publish_metrics()
+    plan >> wait_for_late_feedback >> args
+    args >> spark_join >> publish_metrics(plan)
 
 
 feedback_join()

@@ -17,7 +17,7 @@ from typing import Any
 
 import pendulum
 from airflow.providers.apache.spark.operators.spark_submit import SparkSubmitOperator
-from airflow.sdk import Asset, dag, get_current_context, task
+from airflow.sdk import Asset, Param, dag, get_current_context, task
 
 SUBMIT_APP = str(Path(__file__).resolve().parents[1] / "plugins" / "modelops" / "jobs" / "submit_main.py")
 DRIFT_REPORTS = Asset("s3://modelops/reports/drift")
@@ -30,54 +30,56 @@ DRIFT_REPORTS = Asset("s3://modelops/reports/drift")
     catchup=False,
     max_active_runs=1,
     tags=["modelops", "spark", "drift"],
+    params={"day": Param("", type="string", description="YYYY-MM-DD to (re)compute; empty: the run's own day.")},
     doc_md=__doc__,
 )
 def nightly_drift() -> None:
     @task(retries=2)
     def stage_samples() -> dict[str, Any]:
         from modelops.jobs.drift_tasks import stage_day
+        from modelops.jobs.schedule import run_day
 
-        return stage_day(get_current_context()["ds"])
+        context = get_current_context()
+        return stage_day(run_day(context, str(context["params"]["day"])))
 
     @task(retries=1)
     def validate_feature_contract(staged: dict[str, Any]) -> dict[str, Any]:
         from modelops.jobs.drift_tasks import validate_contract
 
-        return validate_contract(get_current_context()["ds"])
+        return validate_contract(staged["day"])
 
     @task(retries=2)
-    def prepare_versions(contract: dict[str, Any]) -> list[dict[str, Any]]:
+    def prepare_versions(staged: dict[str, Any], contract: dict[str, Any]) -> list[dict[str, Any]]:
         from modelops.jobs.drift_tasks import prepare_version, production_versions
 
-        day = get_current_context()["ds"]
+        day = staged["day"]
         prepared = [p for v in production_versions() if (p := prepare_version(day, v)) is not None]
         print(f"{len(prepared)} version(s) to compare on {day}")
         return prepared
 
     @task
-    def spark_arguments(prepared: list[dict[str, Any]]) -> list[list[str]]:
+    def spark_arguments(staged: dict[str, Any], prepared: list[dict[str, Any]]) -> list[list[str]]:
         from modelops.config import settings
         from modelops.jobs.drift_tasks import submit_args
 
-        day = get_current_context()["ds"]
-        return [submit_args(p, day, settings().spark_master) for p in prepared]
+        return [submit_args(p, staged["day"], settings().spark_master) for p in prepared]
 
     @task(outlets=[DRIFT_REPORTS], retries=2)
-    def publish_reports(prepared: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    def publish_reports(staged: dict[str, Any], prepared: list[dict[str, Any]]) -> list[dict[str, Any]]:
         from modelops.jobs.drift_tasks import publish
 
-        day = get_current_context()["ds"]
-        return [publish(day, p) for p in prepared]
+        return [publish(staged["day"], p) for p in prepared]
 
-    prepared = prepare_versions(validate_feature_contract(stage_samples()))
+    staged = stage_samples()
+    prepared = prepare_versions(staged, validate_feature_contract(staged))
     spark_drift = SparkSubmitOperator.partial(
         task_id="spark_drift",
         application=SUBMIT_APP,
         conn_id="modelops_spark",
         name="modelops-nightly-drift",
         retries=1,
-    ).expand(application_args=spark_arguments(prepared))
-    spark_drift >> publish_reports(prepared)
+    ).expand(application_args=spark_arguments(staged, prepared))
+    spark_drift >> publish_reports(staged, prepared)
 
 
 nightly_drift()

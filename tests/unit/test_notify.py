@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from tests.support.receiver import NotificationReceiver
 
 from modelops.notify import AppriseNotifier, Message, NotifyError, table
+from tests.support.receiver import NotificationReceiver
 
 
 def test_message_text_lists_facts_aligned() -> None:

@@ -64,7 +64,7 @@ def stage_day(day: str) -> dict[str, Any]:
     paths = DayPaths.for_day(day)
     start, end = _day_bounds(day)
     files = stage_partitions(ObjectStore.from_settings(), LOG_PREFIXES["scored_samples"], start, end, paths.samples)
-    return {"samples": str(paths.samples), "files": files}
+    return {"day": day, "samples": str(paths.samples), "files": files}
 
 
 def validate_contract(day: str) -> dict[str, Any]:

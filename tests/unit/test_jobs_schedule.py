@@ -1,0 +1,28 @@
+"""Which day a batch run covers and how long it waits for late feedback."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from types import SimpleNamespace
+
+from modelops.jobs.schedule import run_day, wait_until
+
+
+def test_scheduled_run_covers_its_interval_and_waits_the_window_after_it() -> None:
+    start = datetime(2026, 11, 28, tzinfo=UTC)
+    context = {"data_interval_start": start, "dag_run": SimpleNamespace(run_after=datetime(2026, 11, 29, tzinfo=UTC))}
+    assert run_day(context) == "2026-11-28"
+    assert wait_until("2026-11-28", datetime(2026, 11, 29, tzinfo=UTC), 24) == datetime(2026, 11, 30, tzinfo=UTC)
+
+
+def test_manual_run_covers_the_trigger_day_up_to_the_trigger_time() -> None:
+    run_after = datetime(2026, 11, 29, 14, 30, tzinfo=UTC)
+    context = {"data_interval_start": None, "dag_run": SimpleNamespace(run_after=run_after)}
+    assert run_day(context) == "2026-11-29"
+    assert wait_until("2026-11-29", run_after, 0.5) == datetime(2026, 11, 29, 15, 0, tzinfo=UTC)
+
+
+def test_the_form_can_name_a_past_day() -> None:
+    context = {"data_interval_start": None, "dag_run": SimpleNamespace(run_after=datetime(2026, 11, 29, tzinfo=UTC))}
+    assert run_day(context, "2026-11-20") == "2026-11-20"
+    assert wait_until("2026-11-20", datetime(2026, 11, 29, tzinfo=UTC), 24) == datetime(2026, 11, 22, tzinfo=UTC)
