@@ -37,12 +37,13 @@ from modelops.features import feature_names, load_features
 from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
 from modelops.gateway.eventlog import EventLogs, SpoolConfig, feedback_record, prediction_record, scored_record
 from modelops.gateway.inference import TritonFailed, TritonHTTP, TritonUnavailable
-from modelops.gateway.metrics import CollapseWatch, Registry, ScoreWindow
+from modelops.gateway.metrics import CollapseWatch, Labels, Registry, ScoreWindow
 from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
 from modelops.gateway.openapi import FEEDBACK_SCHEMA, build_openapi
 from modelops.gateway.routes import (
     ROUTES_PREFIX,
     Routes,
+    VersionRef,
     choose_version,
     load_routes,
     model_from_key,
@@ -433,24 +434,37 @@ class Gateway:
                 raise HTTPError(400, violation.to_body())
             deadline_s = self._deadline_s(headers)
         except HTTPError as exc:
+            unrouted = (*labels_model, ("version", "none"))  # rejected before a version was chosen
+            self.m_requests.inc((*unrouted, ("code", str(exc.status))))
             if exc.status in {400, 413, 415}:
-                self.m_errors.inc((*labels_model, ("class", "contract")))
+                self.m_errors.inc((*unrouted, ("class", "contract")))
             raise
+        version = choose_version(routes, document["user_id"])
+        labels = (*labels_model, ("version", str(version.version)))
+        try:
+            await self._answer(path, routes, version, labels, document, size, request_id, timing, deadline_s, send)
+        except HTTPError as exc:
+            self.m_requests.inc((*labels, ("code", str(exc.status))))
+            raise
+
+    async def _answer(self, path: str, routes: Routes, version: VersionRef, labels: Labels,
+                      document: dict[str, Any], size: int, request_id: str, timing: _Timing, deadline_s: float,
+                      send: Send) -> None:
+        """Features, Triton, answer, logs and metrics for a request that kept the contract."""
+        model = routes.model
         user_id: str = document["user_id"]
         item_ids: list[str] = document["item_ids"]
-        version = choose_version(routes, user_id)
-        labels = (*labels_model, ("version", str(version.version)))
         try:
             self.logs.committers["predictions"].check_budget()
         except SpoolFull as exc:
-            self.m_errors.inc((*labels_model, ("class", "unavailable")))
+            self.m_errors.inc((*labels, ("class", "unavailable")))
             raise self._unavailable("spool_full", str(exc)) from exc
         try:
             started = time.perf_counter()
             features = self.features.matrix(user_id, item_ids)
             timing.features_s = time.perf_counter() - started
         except FeaturesUnavailable as exc:
-            self.m_errors.inc((*labels_model, ("class", "unavailable")))
+            self.m_errors.inc((*labels, ("class", "unavailable")))
             raise self._unavailable("features_unavailable", str(exc)) from exc
         remaining = deadline_s - timing.total_s()
         started = time.perf_counter()
@@ -460,14 +474,14 @@ class Gateway:
             async with asyncio.timeout(remaining):
                 scores = await self.triton.infer_scores(model, version.version, features)
         except TimeoutError as exc:
-            self.m_errors.inc((*labels_model, ("class", "timeout")))
+            self.m_errors.inc((*labels, ("class", "timeout")))
             raise _error(504, "inference_timeout", f"no answer from Triton within {deadline_s * 1000:.0f} ms",
                          deadline_ms=round(deadline_s * 1000, 3)) from exc
         except TritonUnavailable as exc:
-            self.m_errors.inc((*labels_model, ("class", "upstream")))
+            self.m_errors.inc((*labels, ("class", "upstream")))
             raise self._unavailable("triton_unavailable", str(exc)) from exc
         except TritonFailed as exc:
-            self.m_errors.inc((*labels_model, ("class", "upstream")))
+            self.m_errors.inc((*labels, ("class", "upstream")))
             raise _error(502, "triton_failed", str(exc)) from exc
         timing.inference_s = time.perf_counter() - started
         now = time.time()
@@ -538,6 +552,9 @@ class Gateway:
         self.m_feedback.inc((("model", claims.model), ("version", str(claims.model_version)),
                              ("action", document["action"])))
         await _respond_json(send, 202, {"status": "accepted", "request_id": claims.request_id}, request_id)
+        self._access(request_id, "POST", "/v1/feedback", 202, model=claims.model, version=claims.model_version,
+                     action=document["action"], prediction_request_id=claims.request_id,
+                     latency_ms=round((time.time() - received_at) * 1000, 3))
 
 
 def _sampled(request_id: str, share: float) -> bool:

@@ -74,7 +74,7 @@ def build_openapi(request_schema: Mapping[str, Any], *, max_body_bytes: int) -> 
                      "schema": {"type": "string", "maxLength": 128}},
                     {"name": "Inference-Timeout", "in": "header", "required": False,
                      "description": "Milliseconds; lowers the deadline, never raises it past the maximum.",
-                     "schema": {"type": "string"}},
+                     "schema": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"}},
                 ],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/PredictRequest"}}}},
