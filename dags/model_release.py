@@ -4,7 +4,12 @@ Trigger it from the Airflow UI with the form (model, version number or alias, or
 that is registered first), or let ``release_on_staging`` start it when a version is moved to
 Staging in the MLflow UI. Steps: resolve candidate → contract gate (GX feature suite on the
 version's evaluation sample; results stored on the MLflow run; failure notifies and stops) →
-publish (sha256 → integer Triton version, verified upload, load) → verify served scores.
+publish (sha256 → integer Triton version, verified upload, load) → verify served scores →
+canary (``canary_to_approval``: a deferrable operator; the triggerer waits out each analysis
+interval) → ``approve_full_rollout`` (Required Actions in the UI; skipped unless
+``require_approval``) → ``canary_finish`` (promotion, or the rest of the release). The
+canary's analysis tables are in the canary tasks' logs; the run's note is the summary.
+Abort / pause / resume a running release with the ``model_release_control`` DAG.
 """
 
 from __future__ import annotations
@@ -13,6 +18,23 @@ from typing import Any
 
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
+
+from modelops.canary.operator import CanaryOperator, ReleaseApproval, extra_param_names
+from modelops.canary.spec import describe
+
+_JSON_TYPES = {bool: "boolean", int: "integer", float: "number", tuple: "array"}
+
+
+def _canary_threshold_params() -> dict[str, Param]:
+    """A DAG param per remaining canary spec field (``canary_<field>``), default and doc from the spec."""
+    fields = describe()
+    params = {}
+    for param, name in extra_param_names().items():
+        default, doc = fields[name]
+        value = list(default) if isinstance(default, tuple) else default
+        params[param] = Param(value, type=_JSON_TYPES[type(default)], description=doc)
+    return params
+
 
 PARAMS = {
     "model": Param("recommender", type="string", minLength=1, maxLength=64, description="Registered model name."),
@@ -26,6 +48,7 @@ PARAMS = {
     "analysis_interval_s": Param(30, type="integer", minimum=1, description="Seconds between canary analyses."),
     "min_requests": Param(200, type="integer", minimum=1, description="Requests per version for a conclusive gate."),
     "require_approval": Param(False, type="boolean", description="A person approves before 100%."),
+    **_canary_threshold_params(),
 }
 
 
@@ -71,7 +94,18 @@ def model_release() -> None:
     candidate = resolve_candidate()
     contract = contract_gate(candidate)
     published = publish(candidate, contract)
-    verify_served(candidate, published)
+    verified = verify_served(candidate, published)
+    canary = CanaryOperator(task_id="canary_to_approval", candidate=candidate, published=published,
+                            stage="to_approval")
+    approval = ReleaseApproval(
+        task_id="approve_full_rollout",
+        subject="Promote {{ params.model }} to 100%?",
+        body="The canary passed every analysed step and waits at its last weight. Approve to promote "
+             "(100%, MLflow Production + champion); Reject to roll back. Analyses: `canary_to_approval` log.",
+    )
+    done = CanaryOperator(task_id="canary_finish", candidate=candidate, published=published, stage="finish",
+                          trigger_rule="none_failed")
+    verified >> canary >> approval >> done
 
 
 model_release()

@@ -1,0 +1,360 @@
+"""The canary as Airflow runs it: a deferrable operator over :class:`~modelops.canary.runner.Runner`.
+
+:class:`CanaryOperator` (``execute``) builds the :class:`CanarySpec` from the DAG params,
+starts the release or resumes it from its checkpoint (``canary/<model>/v<N>.json`` in
+the object store), opens a metrics window and defers to :class:`CanaryIntervalTrigger`;
+the triggerer waits out the interval (no worker slot held) and ``execute_window`` measures
+the window, feeds it to the runner (advance + actions + checkpoint), logs the analysis
+table, applies a pending control request (``canary/<model>/v<N>.control.json``: abort,
+pause, resume) and defers again, or ends: promoted → success; rolled back / aborted →
+:class:`AirflowFailException` so the run shows failed. Either way the run's note is set
+to the summary (phase, final weight, reason, MTTR) through the REST API.
+
+With ``stage="to_approval"`` the operator also returns when the release waits for
+approval at its last analysed step; :class:`ReleaseApproval` (the standard provider's
+``ApprovalOperator``) asks a person, and ``stage="finish"`` applies the approval and
+takes the release to its end.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk import BaseOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from modelops.canary.actions import AbortCommand, ApproveCommand, Event, PauseCommand, ResumeCommand
+from modelops.canary.runner import Release, Runner, VersionRef
+from modelops.canary.spec import CanarySpec, describe, traffic_warnings
+from modelops.canary.status import CanaryStatus, Phase
+from modelops.canary.trigger import CanaryIntervalTrigger
+from modelops.errors import ConfigError, ContractError
+
+#: Gateways whose routes and metrics the canary reads (None: the embedded stack's one gateway).
+GATEWAY_URLS: tuple[str, ...] | None = None
+CONTROL_ACTIONS = ("abort", "pause", "resume")
+NOTE_LIMIT = 1000  # Airflow's DagRun.note max length
+#: DAG params read by :func:`spec_from_params` besides the four main ones: ``canary_<field>``.
+MAIN_PARAMS = {"canary_steps": "steps", "analysis_interval_s": "interval_s", "min_requests": "min_requests",
+               "require_approval": "require_approval"}
+
+
+# ------------------------------------------------------------------ params → spec
+def parse_steps(text: str) -> tuple[float, ...]:
+    """``"1,5,25,50,100"`` (percent) → ``(0.01, 0.05, 0.25, 0.5, 1.0)``."""
+    try:
+        return tuple(float(part) / 100.0 for part in str(text).replace(" ", "").split(",") if part)
+    except ValueError as exc:
+        raise ConfigError(f"canary_steps={text!r}: comma-separated percentages (example: 5,25,50,100)") from exc
+
+
+def extra_param_names() -> dict[str, str]:
+    """``canary_<field>`` DAG param → spec field, for every spec field not among the main params."""
+    return {f"canary_{name}": name for name in describe() if name not in MAIN_PARAMS.values()}
+
+
+def spec_from_params(params: Mapping[str, Any]) -> CanarySpec:
+    """The spec from the ``model_release`` params (missing ones take the spec's defaults)."""
+    raw: dict[str, Any] = {}
+    for param, field_name in {**MAIN_PARAMS, **extra_param_names()}.items():
+        if param in params and params[param] is not None:
+            raw[field_name] = params[param]
+    if "steps" in raw:
+        raw["steps"] = list(parse_steps(raw["steps"]))
+    return CanarySpec.from_dict(raw)
+
+
+# ------------------------------------------------------------------ control requests
+def control_key(model: str, canary_triton_version: int) -> str:
+    """Object-store key of a release's pending control request."""
+    return f"canary/{model}/v{canary_triton_version}.control.json"
+
+
+def write_control(store: Any, model: str, canary_triton_version: int, action: str, by: str,
+                  reason: str = "") -> dict[str, Any]:
+    """Write a control request (abort, pause, resume) that the operator applies at its next window."""
+    if action not in CONTROL_ACTIONS:
+        raise ConfigError(f"control action {action!r}: one of {', '.join(CONTROL_ACTIONS)}")
+    request = {"id": uuid.uuid4().hex, "action": action, "by": by, "reason": reason, "requested_at": time.time()}
+    store.put_bytes(control_key(model, canary_triton_version), json.dumps(request).encode("utf-8"),
+                    content_type="application/json")
+    return request
+
+
+def command_of(request: Mapping[str, Any]) -> Event:
+    """The state machine's command for a control request."""
+    by, reason = str(request.get("by", "operator")), str(request.get("reason", ""))
+    action = request.get("action")
+    if action == "abort":
+        return AbortCommand(by, reason)
+    if action == "pause":
+        return PauseCommand(by, reason)
+    if action == "resume":
+        return ResumeCommand(by)
+    raise ContractError(f"control request {request!r}: unknown action")
+
+
+# ------------------------------------------------------------------ wiring
+@dataclass
+class Wiring:
+    """The runner of one release and what the operator needs beside it."""
+
+    runner: Runner | None  # None: nothing to canary (first release, or the version already serves)
+    store: Any
+    model: str
+    canary_version: int
+    source: Any
+
+
+def _stable_mlflow_version(model: str, triton_version: int) -> str:
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    registry = MlflowRegistry.from_settings()
+    for info in registry.versions(model):
+        if info.tags.get("modelops.triton_version") == str(triton_version):
+            return info.version
+    champion = registry.by_alias(model, "champion")
+    return champion.version if champion else ""
+
+
+def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: CanarySpec,
+         gateway_urls: Sequence[str] | None = None) -> Wiring:
+    """Build the runner with the real adapters; the stable version is the one the routes serve now."""
+    from modelops.canary.adapters import (
+        MlflowRegistryPort,
+        ObjectStoreRoutes,
+        ObjectStoreStatusStore,
+        TritonServing,
+        checkpoint_key,
+    )
+    from modelops.canary.sources import ScrapeSource
+    from modelops.config import settings
+    from modelops.gateway.routes import load_routes, routes_key
+    from modelops.notify.apprise_notifier import default_notifier
+    from modelops.objectstore import ObjectStore
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    cfg = settings()
+    urls = tuple(gateway_urls or GATEWAY_URLS or (cfg.gateway_url,))
+    store = ObjectStore.from_settings(cfg)
+    model = str(published["model"])
+    canary = VersionRef(int(published["triton_version"]), str(published["sha256"]), str(candidate["version"]))
+    source = ScrapeSource([f"{u.rstrip('/')}/metrics" for u in urls], cfg.triton_metrics_url)
+    key = routes_key(model)
+    current = load_routes(store.get_bytes(key)) if store.exists(key) else None
+    if current is None or current.stable.version == canary.triton_version:
+        return Wiring(None, store, model, canary.triton_version, source)
+    stable = VersionRef(current.stable.version, current.stable.sha256,
+                        _stable_mlflow_version(model, current.stable.version))
+    release = Release(model, stable, canary, released_by=str(candidate.get("started_by") or "modelops"))
+    runner = Runner(spec=spec, release=release, routes=ObjectStoreRoutes(store, urls), serving=TritonServing(cfg),
+                    registry=MlflowRegistryPort(MlflowRegistry.from_settings(cfg)), notifier=default_notifier(),
+                    store=ObjectStoreStatusStore(store, checkpoint_key(model, canary.triton_version)))
+    return Wiring(runner, store, model, canary.triton_version, source)
+
+
+def summary_dict(status: CanaryStatus) -> dict[str, Any]:
+    """What the canary tasks return (XCom) and the CLI shows."""
+    from modelops.canary.report import summary
+
+    return {"model": status.model, "stable_version": status.stable_version, "canary_version": status.canary_version,
+            "phase": status.phase.value, "weight": status.weight, "reason": status.reason, "mttr_s": status.mttr_s,
+            "analyses": status.analyses, "failed_checks": status.failed_checks, "summary": summary(status)}
+
+
+def set_run_note(dag_id: str, run_id: str, note: str) -> None:
+    """Set a DAG run's note through the REST API (the task SDK has no call for it)."""
+    from modelops.airflow_client import client_from_settings
+
+    client_from_settings().request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}",
+                                   json={"note": note[:NOTE_LIMIT]})
+
+
+class CanaryOperator(BaseOperator):
+    """Runs a canary release window by window, deferring between windows.
+
+    Args:
+        candidate: the ``resolve_candidate`` result (model, MLflow version, started_by).
+        published: the ``publish`` result (model, triton_version, sha256).
+        stage: ``"to_approval"`` returns at ``waiting_approval``; ``"finish"`` approves first.
+        gateway_urls: gateways to route and scrape (default :data:`GATEWAY_URLS` or the stack's one).
+    """
+
+    template_fields = ("candidate", "published")
+    ui_color = "#f0e4ff"
+
+    def __init__(self, *, candidate: Any, published: Any, stage: Literal["to_approval", "finish"] = "to_approval",
+                 gateway_urls: Sequence[str] | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.candidate = candidate
+        self.published = published
+        self.stage = stage
+        self.gateway_urls = list(gateway_urls) if gateway_urls else None
+
+    # ---------------------------------------------------------------- Airflow entry points
+    def execute(self, context: Any) -> dict[str, Any]:
+        spec = spec_from_params(context["params"])
+        wiring = wire(self.candidate, self.published, spec, self.gateway_urls)
+        if wiring.runner is None:
+            return self._first_release(context, wiring)
+        runner = wiring.runner
+        saved = runner.store.load()
+        run_start = context["dag_run"].start_date
+        if saved is not None and saved.status.phase.terminal and run_start is not None \
+                and saved.status.started_at < run_start.timestamp():
+            self.log.info("canary %s v%s: an earlier release of this version ended (%s); starting afresh",
+                          wiring.model, wiring.canary_version, saved.status.phase.value)
+            from modelops.canary.adapters import checkpoint_key
+
+            wiring.store.delete(checkpoint_key(wiring.model, wiring.canary_version))
+            saved = None
+        if saved is None:
+            self.log.info("canary spec: %s", spec.to_json())
+            for warning in _traffic_hint(spec):
+                self.log.info(warning)
+        status = runner.begin()
+        self.log.info("canary %s: v%d vs stable v%d, %s at %.0f%%", wiring.model, wiring.canary_version,
+                      status.stable_version, status.phase.value, status.weight * 100)
+        if self.stage == "finish":
+            status = self._approve(context, runner, status)
+        return self._next(context, wiring, status)
+
+    def execute_window(self, context: Any, event: Mapping[str, Any] | None = None,
+                       opened: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        spec = spec_from_params(context["params"])
+        wiring = wire(self.candidate, self.published, spec, self.gateway_urls)
+        if wiring.runner is None:
+            raise AirflowFailException(f"canary {wiring.model} v{wiring.canary_version}: routes changed under the "
+                                       "release (no stable version to compare with)")
+        runner = wiring.runner
+        status = runner.resume()
+        status = self._apply_control(wiring, status)
+        if not status.phase.terminal and opened is not None:
+            m = wiring.source.measure(wiring.model, status.stable_version, status.canary_version, opened, time.time())
+            analysed = status.analyses
+            status = runner.handle(m)
+            if status.analyses > analysed and status.last_analysis is not None:
+                from modelops.canary.report import analysis_table
+
+                self.log.info("\n%s", analysis_table(status.last_analysis, status.weight))
+            self.log.info("canary %s v%d: %s at %.0f%% (%d analyses, %d failed)", wiring.model,
+                          wiring.canary_version, status.phase.value, status.weight * 100, status.analyses,
+                          status.failed_checks)
+        return self._next(context, wiring, status)
+
+    # ---------------------------------------------------------------- internals
+    def _approve(self, context: Any, runner: Runner, status: CanaryStatus) -> CanaryStatus:
+        if status.phase in (Phase.WAITING_APPROVAL, Phase.PAUSED, Phase.PROGRESSING) and not status.approved:
+            approver = str(context["ti"].xcom_pull(task_ids="approve_full_rollout", key="return_value") or "")
+            self.log.info("canary: approved (%s)", approver[:200] or "approval step")
+            status = runner.handle(ApproveCommand(by="approve_full_rollout"))
+        return status
+
+    def _apply_control(self, wiring: Wiring, status: CanaryStatus) -> CanaryStatus:
+        assert wiring.runner is not None
+        key = control_key(wiring.model, wiring.canary_version)
+        if not wiring.store.exists(key):
+            return status
+        request = json.loads(wiring.store.get_bytes(key).decode("utf-8"))
+        wiring.store.delete(key)
+        if float(request.get("requested_at", 0.0)) < status.started_at:
+            self.log.info("control request %s predates this release: ignored", request)
+            return status
+        self.log.info("control request: %s", request)
+        return wiring.runner.handle(command_of(request))
+
+    def _next(self, context: Any, wiring: Wiring, status: CanaryStatus) -> dict[str, Any]:
+        if status.phase.terminal:
+            return self._finish(context, status)
+        if status.phase is Phase.WAITING_APPROVAL and self.stage == "to_approval":
+            self.log.info("canary %s v%d waits for approval at %.0f%%", wiring.model, wiring.canary_version,
+                          status.weight * 100)
+            return summary_dict(status)
+        spec = spec_from_params(context["params"])
+        now = time.time()
+        opened = wiring.source.open_window(wiring.model, now)
+        self.defer(trigger=CanaryIntervalTrigger(now + spec.interval_s, wiring.model, wiring.canary_version),
+                   method_name="execute_window", kwargs={"opened": opened})
+
+    def _finish(self, context: Any, status: CanaryStatus) -> dict[str, Any]:
+        return finish(context, status, self.log)
+
+    def _first_release(self, context: Any, wiring: Wiring) -> dict[str, Any]:
+        """No routes yet (the model's first release) or the version already serves: route it 100 %, promote."""
+        from modelops.canary.adapters import ObjectStoreRoutes
+        from modelops.config import settings
+        from modelops.gateway.routes import load_routes, routes_key
+        from modelops.registry.mlflow_registry import MlflowRegistry
+
+        key = routes_key(wiring.model)
+        ref = VersionRef(int(self.published["triton_version"]), str(self.published["sha256"]),
+                         str(self.candidate["version"]))
+        current = load_routes(wiring.store.get_bytes(key)) if wiring.store.exists(key) else None
+        if current is None:
+            urls = tuple(self.gateway_urls or GATEWAY_URLS or (settings().gateway_url,))
+            ObjectStoreRoutes(wiring.store, urls).apply(wiring.model, ref, None, 0.0, "modelops")
+            note = f"{wiring.model} v{ref.triton_version}: first release, routed 100% (no stable version to compare)"
+        else:
+            note = f"{wiring.model} v{ref.triton_version}: already the stable version, nothing to canary"
+        MlflowRegistry.from_settings().promote(wiring.model, ref.mlflow_version)
+        self.log.info(note)
+        try:
+            set_run_note(context["dag"].dag_id, context["dag_run"].run_id, note)
+        except Exception as exc:
+            self.log.warning("could not set the run note: %s", exc)
+        return {"model": wiring.model, "canary_version": ref.triton_version, "phase": "promoted", "weight": 1.0,
+                "reason": note, "mttr_s": None, "summary": note}
+
+
+def _traffic_hint(spec: CanarySpec) -> list[str]:
+    return [f"at {rate:g} req/s: {w}" for rate in (10.0, 100.0) for w in traffic_warnings(spec, rate)][:4]
+
+
+def finish(context: Any, status: CanaryStatus, log: Any) -> dict[str, Any]:
+    """The release ended: set the run note; a rollback or an abort fails the task."""
+    result = summary_dict(status)
+    log.info("canary release ended:\n%s", result["summary"])
+    try:
+        set_run_note(context["dag"].dag_id, context["dag_run"].run_id, result["summary"])
+    except Exception as exc:  # the note is a courtesy; the release has ended either way
+        log.warning("could not set the run note: %s", exc)
+    if status.phase in (Phase.ROLLED_BACK, Phase.ABORTED):
+        raise AirflowFailException(f"canary {status.phase.value}: {status.reason}")
+    return result
+
+
+class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
+    """The standard provider's approval, asked only when the canary waits for it.
+
+    Skipped (and the release goes on to ``canary_finish``) when the canary task ended
+    without waiting; a rejection aborts the release (rolled back) and fails the task.
+    """
+
+    def __init__(self, *, canary_task_id: str = "canary_to_approval", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.canary_task_id = canary_task_id
+
+    def execute(self, context: Any) -> Any:
+        state = context["ti"].xcom_pull(task_ids=self.canary_task_id) or {}
+        if state.get("phase") != Phase.WAITING_APPROVAL.value:
+            raise AirflowSkipException(f"no approval needed (canary {state.get('phase', 'n/a')})")
+        return super().execute(context)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        result = super().execute_complete(context=context, event=event)
+        if result["chosen_options"][0] == self.APPROVE:
+            return result
+        candidate = context["ti"].xcom_pull(task_ids="resolve_candidate")
+        published = context["ti"].xcom_pull(task_ids="publish")
+        wiring = wire(candidate, published, spec_from_params(context["params"]))
+        if wiring.runner is not None:
+            status = wiring.runner.resume()
+            status = wiring.runner.handle(AbortCommand("approve_full_rollout", "rejected at approval"))
+            finish(context, status, self.log)
+        raise AirflowFailException("release rejected at approval")

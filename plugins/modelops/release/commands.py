@@ -1,0 +1,140 @@
+"""``modelops release start|abort|pause|resume``: drive ``model_release`` through the Airflow REST API."""
+
+from __future__ import annotations
+
+import argparse
+import time
+import uuid
+from typing import Any
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    release = sub.add_parser(
+        "release", help="start a model release (canary) and follow it; abort, pause or resume one",
+        description="start triggers the model_release DAG (contract gate, publish, canary) and prints its progress "
+                    "(run state, canary phase, weight, last analysis) until it ends; abort / pause / resume "
+                    "trigger model_release_control, applied by the release at its next analysis window.")
+    actions = release.add_subparsers(dest="release_command", metavar="ACTION", required=True)
+
+    start = actions.add_parser("start", help="trigger model_release and follow it until it ends")
+    start.add_argument("--model", required=True, help="registered model name")
+    start.add_argument("--version", required=True, help="MLflow version number or alias (challenger)")
+    start.add_argument("--steps", default="", help="canary weights in percent, e.g. 5,25,50,100")
+    start.add_argument("--interval-s", type=int, default=0, help="seconds per analysis window")
+    start.add_argument("--min-requests", type=int, default=0, help="requests per version for a conclusive gate")
+    start.add_argument("--approve", action="store_true",
+                       help="require a person's approval before 100%% (Required Actions in the Airflow UI)")
+    start.add_argument("--timeout-s", type=float, default=3600.0, help="stop following after this long")
+    start.add_argument("--no-follow", action="store_true", help="print the run id and return")
+    start.set_defaults(func=_start)
+
+    for name, text in (("abort", "roll the running release back now"),
+                       ("pause", "hold the canary weight (no analysis, no promotion)"),
+                       ("resume", "go on with a paused release")):
+        control = actions.add_parser(name, help=text)
+        control.add_argument("--model", required=True, help="registered model name")
+        control.add_argument("--version", type=int, required=True,
+                             help="the canary's Triton version (printed by release start)")
+        control.add_argument("--reason", default="", help="recorded in the status and the notification")
+        control.add_argument("--by", default="cli", help="who asks")
+        control.set_defaults(func=_control, action=name)
+
+
+def _control(args: argparse.Namespace) -> int:
+    from modelops.airflow_client import client_from_settings
+
+    client = client_from_settings()
+    conf = {"model": args.model, "version": args.version, "action": args.action, "reason": args.reason,
+            "requested_by": args.by}
+    run_id = client.trigger("model_release_control", conf, run_id=f"cli-{args.action}-{uuid.uuid4().hex[:8]}")
+    state = client.wait("model_release_control", run_id, timeout_s=300)
+    if state != "success":
+        print(f"{args.action} {args.model} v{args.version}: control run {run_id} {state} "
+              "(no running release of that version?)")
+        return 1
+    print(f"{args.action} {args.model} v{args.version}: requested; the release applies it at its next window")
+    return 0
+
+
+def progress_line(run_state: str, status: dict[str, Any] | None) -> str:
+    """One progress line: run state, canary phase and weight, last analysis."""
+    if status is None:
+        return f"run {run_state}"
+    line = (f"run {run_state} | canary v{status['canary_version']} vs v{status['stable_version']}: "
+            f"{status['phase']} at {float(status['weight']):.0%}, {status['analyses']} analyses, "
+            f"{status['failed_checks']} failed")
+    last = status.get("last_analysis")
+    if last:
+        gates = ", ".join(f"{g['name']} {g['verdict']}" for g in last.get("gates", []))
+        line += f" | last: {last.get('verdict')} ({gates})"
+    if status.get("mttr_s") is not None:
+        line += f" | MTTR {float(status['mttr_s']):.1f} s"
+    return line
+
+
+def _start(args: argparse.Namespace) -> int:
+    from modelops.airflow_client import TERMINAL_STATES, client_from_settings
+
+    client = client_from_settings()
+    conf: dict[str, Any] = {"model": args.model, "version": str(args.version), "started_by": "cli",
+                            "require_approval": bool(args.approve)}
+    if args.steps:
+        conf["canary_steps"] = args.steps
+    if args.interval_s:
+        conf["analysis_interval_s"] = args.interval_s
+    if args.min_requests:
+        conf["min_requests"] = args.min_requests
+    run_id = client.trigger("model_release", conf, run_id=f"cli-{uuid.uuid4().hex[:8]}")
+    print(f"model_release run {run_id} started")
+    if args.no_follow:
+        return 0
+    deadline = time.monotonic() + args.timeout_s
+    last, state, canary_version = "", "", None
+    while time.monotonic() < deadline:
+        state = client.run_state("model_release", run_id)
+        if canary_version is None:
+            canary_version = _canary_version(client, run_id)
+            if canary_version is not None:
+                print(f"canary: Triton version {canary_version} (modelops release abort --model {args.model} "
+                      f"--version {canary_version})")
+        line = progress_line(state, _status(args.model, canary_version))
+        if line != last:
+            print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
+            if "waiting_approval" in line:
+                print("  approve in the Airflow UI (Required Actions) or reject there to roll back")
+            last = line
+        if state in TERMINAL_STATES:
+            break
+        time.sleep(2.0)
+    else:
+        print(f"still {state} after {args.timeout_s:.0f} s; follow it in the Airflow UI (run {run_id})")
+        return 1
+    note = client.request("GET", f"/api/v2/dags/model_release/dagRuns/{run_id}").get("note")
+    if note:
+        print(note)
+    return 0 if state == "success" else 1
+
+
+def _canary_version(client: Any, run_id: str) -> int | None:
+    from modelops.airflow_client import AirflowError
+
+    try:
+        return int(client.xcom("model_release", run_id, "publish")["triton_version"])
+    except (AirflowError, KeyError, TypeError, ValueError):
+        return None
+
+
+def _status(model: str, canary_version: int | None) -> dict[str, Any] | None:
+    import json
+
+    from modelops.canary.adapters import checkpoint_key
+    from modelops.objectstore import ObjectStore
+
+    if canary_version is None:
+        return None
+    store = ObjectStore.from_settings()
+    key = checkpoint_key(model, canary_version)
+    if not store.exists(key):
+        return None
+    status: dict[str, Any] = json.loads(store.get_bytes(key))["status"]
+    return status

@@ -1,0 +1,133 @@
+"""The canary's Airflow wiring without servers: task graph, form, spec from params, trigger, control requests."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+DAGS = Path(__file__).resolve().parents[2] / "dags"
+
+
+@pytest.fixture(scope="module")
+def dags():  # type: ignore[no-untyped-def]
+    from airflow.dag_processing.dagbag import DagBag
+
+    bag = DagBag(dag_folder=str(DAGS))
+    assert bag.import_errors == {}
+    return bag.dags
+
+
+def test_the_canary_follows_verify_served_with_approval_between_its_two_tasks(dags) -> None:  # type: ignore[no-untyped-def]
+    from airflow.providers.standard.operators.hitl import ApprovalOperator
+
+    dag = dags["model_release"]
+    graph = {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
+    assert graph["verify_served"] == ["canary_to_approval"]
+    assert graph["canary_to_approval"] == ["approve_full_rollout"]
+    assert graph["approve_full_rollout"] == ["canary_finish"]
+    assert graph["canary_finish"] == []
+    assert isinstance(dag.get_task("approve_full_rollout"), ApprovalOperator)
+    # Skipped approval (no approval asked) must not skip the end of the release.
+    assert dag.get_task("canary_finish").trigger_rule == "none_failed"
+
+
+def test_every_canary_threshold_is_a_documented_release_param(dags) -> None:  # type: ignore[no-untyped-def]
+    from modelops.canary.operator import extra_param_names
+    from modelops.canary.spec import describe
+
+    params = dags["model_release"].params
+    fields = describe()
+    for param, name in extra_param_names().items():
+        assert params[param] == (list(fields[name][0]) if isinstance(fields[name][0], tuple) else fields[name][0])
+        assert params.get_param(param).description == fields[name][1] != ""
+
+
+def test_control_form_offers_abort_pause_resume(dags) -> None:  # type: ignore[no-untyped-def]
+    params = dags["model_release_control"].params
+    assert params.get_param("action").schema["enum"] == ["abort", "pause", "resume"]
+    assert [t.task_id for t in dags["model_release_control"].tasks] == ["request_control"]
+
+
+def test_spec_from_params_reads_percent_steps_and_thresholds() -> None:
+    from modelops.canary.operator import spec_from_params
+
+    spec = spec_from_params({"canary_steps": "25, 50,100", "analysis_interval_s": 5, "min_requests": 20,
+                             "require_approval": True, "canary_failure_limit": 3, "canary_ctr_trial_actions":
+                             ["click", "skip"], "model": "m"})
+    assert spec.steps == (0.25, 0.5, 1.0)
+    assert (spec.interval_s, spec.min_requests, spec.require_approval, spec.failure_limit) == (5, 20, True, 3)
+
+
+def test_spec_from_params_rejects_bad_steps() -> None:
+    from modelops.canary.operator import spec_from_params
+    from modelops.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="steps"):
+        spec_from_params({"canary_steps": "50,25,100"})
+    with pytest.raises(ConfigError, match="canary_steps"):
+        spec_from_params({"canary_steps": "five,100"})
+
+
+def test_the_interval_trigger_round_trips_and_fires_after_its_due_time() -> None:
+    from modelops.canary.trigger import CanaryIntervalTrigger
+
+    due = time.time() + 0.3
+    path, kwargs = CanaryIntervalTrigger(due, "m", 4).serialize()
+    assert path == "modelops.canary.trigger.CanaryIntervalTrigger"
+    trigger = CanaryIntervalTrigger(**json.loads(json.dumps(kwargs)))
+
+    async def first() -> Any:
+        async for event in trigger.run():
+            return event
+        return None
+
+    event = asyncio.run(first())
+    assert event.payload["due"] == due and event.payload["fired_at"] >= due
+
+
+class _Blobs:
+    def __init__(self) -> None:
+        self.data: dict[str, bytes] = {}
+
+    def put_bytes(self, key: str, data: bytes, *, content_type: str = "") -> str:
+        self.data[key] = data
+        return key
+
+
+def test_a_control_request_is_written_beside_the_checkpoint_and_maps_to_a_command() -> None:
+    from modelops.canary.actions import AbortCommand, PauseCommand, ResumeCommand
+    from modelops.canary.operator import command_of, control_key, write_control
+    from modelops.errors import ConfigError
+
+    blobs = _Blobs()
+    request = write_control(blobs, "m", 7, "abort", "alice", "looks wrong")
+    assert json.loads(blobs.data[control_key("m", 7)]) == request
+    assert control_key("m", 7) == "canary/m/v7.control.json"
+    assert command_of(request) == AbortCommand("alice", "looks wrong")
+    assert command_of({"action": "pause", "by": "b"}) == PauseCommand("b", "")
+    assert command_of({"action": "resume", "by": "b"}) == ResumeCommand("b")
+    with pytest.raises(ConfigError):
+        write_control(blobs, "m", 7, "promote", "alice")
+
+
+def test_release_cli_parses_start_and_control_commands() -> None:
+    from modelops.release.commands import add_commands, progress_line
+
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["release", "start", "--model", "m", "--version", "3", "--steps", "25,50,100",
+                              "--interval-s", "5", "--approve"])
+    assert (args.model, args.version, args.steps, args.interval_s, args.approve) == ("m", "3", "25,50,100", 5, True)
+    args = parser.parse_args(["release", "abort", "--model", "m", "--version", "4"])
+    assert (args.action, args.version) == ("abort", 4)
+    status = {"canary_version": 4, "stable_version": 3, "phase": "progressing", "weight": 0.25, "analyses": 1,
+              "failed_checks": 0, "last_analysis": {"verdict": "passed", "gates": [
+                  {"name": "error_rate", "verdict": "passed"}]}, "mttr_s": None}
+    assert progress_line("running", status) == ("run running | canary v4 vs v3: progressing at 25%, 1 analyses, "
+                                                "0 failed | last: passed (error_rate passed)")

@@ -1,0 +1,238 @@
+"""model_release's canary as Airflow runs it on the real stack, under generated traffic.
+
+A stable version is served 100 % through the stack's gateway; a new version is released
+with ``model_release`` (short intervals, steps sized for the modest traffic this machine
+can generate): a good one is promoted through every step, one that fails 30 % of its
+requests is rolled back (MTTR recorded), and an abort from ``model_release_control``
+rolls a release back at its next window.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import threading
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+import requests
+
+from modelops.airflow_client import AirflowClient
+from modelops.config import Settings
+from modelops.objectstore import ObjectStore
+
+pytestmark = pytest.mark.integration
+
+RATE = 40.0  # req/s: what two busy cores sustain beside the stack
+CANARY = {"canary_steps": "25,50,100", "analysis_interval_s": 5, "min_requests": 20}
+
+
+@pytest.fixture(scope="module")
+def trained() -> Any:
+    from modelops.example.synthetic import WorldSpec
+    from modelops.example.train import TrainSpec, train
+
+    return train(TrainSpec(world=replace(WorldSpec(), n_requests=1500), hidden=(16,), max_iter=25))
+
+
+@pytest.fixture(scope="module")
+def features_published(object_store: ObjectStore) -> None:
+    from modelops.example.synthetic import WorldSpec, generate_tables
+    from modelops.example.tables import publish_feature_tables
+    from modelops.features import load_features
+
+    features = load_features()
+    users, items = generate_tables(features, replace(WorldSpec(), seed=7, n_users=400, n_items=400))
+    publish_feature_tables(object_store, f"canary-{uuid.uuid4().hex[:6]}", users, items, features=features)
+
+
+def _variant(trained: Any, document: dict[str, Any]) -> Any:
+    """The same weights with another variant.json (another sha256, so another Triton version)."""
+    return replace(trained, variant_json=json.dumps({**document, "nonce": uuid.uuid4().hex}).encode())
+
+
+def _register(trained: Any, mlflow_uri: str, name: str) -> str:
+    from modelops.example.tracking import log_trained_model
+
+    logged = log_trained_model(trained, mlflow_uri, register_name=name, experiment="modelops-tests-canary")
+    assert logged.registered_version is not None
+    return str(logged.registered_version)
+
+
+def _serve_stable(cfg: Settings, store: ObjectStore, trained: Any, mlflow_uri: str, model: str) -> dict[str, Any]:
+    """v1 published, Production + champion, routed 100 % through the gateway."""
+    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.registry.mlflow_registry import MlflowRegistry
+    from modelops.serving.publisher import publish_version
+
+    version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
+    registry = MlflowRegistry.from_settings()
+    registry.to_staging(model, version, contract_passed=True, contract_result="passed")
+    published = publish_version(model, version)
+    registry.promote(model, version)
+    routes = Routes(model=model, revision=1, stable=VersionRef(published.triton_version, published.sha256),
+                    canary=None, canary_weight=0.0, updated_at=datetime.now(UTC).isoformat(), updated_by="tests")
+    store.put_bytes(routes_key(model), serialize_routes(routes))
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        health = requests.get(f"{cfg.gateway_url}/healthz", timeout=5).json()
+        if model in health.get("models", []) and health.get("feature_snapshot"):
+            return {"version": version, "triton_version": published.triton_version}
+        time.sleep(0.5)
+    raise AssertionError(f"the gateway never served {model}")
+
+
+class Traffic:
+    """Generated traffic in a background thread until stopped."""
+
+    def __init__(self, cfg: Settings, model: str, rate: float = RATE) -> None:
+        from modelops.traffic.simulation import Behaviour, TrafficSpec
+
+        self.spec = TrafficSpec(model=model, rate=rate, max_requests=10**7, max_seconds=600.0, n_users=400,
+                                n_items=400, items_per_request=(2, 6), id_width=6, default=Behaviour(0.3, 0.4, 0.2),
+                                per_version={}, concurrency=8, seed=3)
+        self.url = cfg.gateway_url
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        from modelops.traffic.runner import run_traffic
+
+        task = asyncio.create_task(run_traffic(self.spec, self.url, progress=lambda line: None))
+        while not self.stop.is_set() and not task.done():
+            await asyncio.sleep(0.2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    def __enter__(self) -> Traffic:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+def _release(airflow: AirflowClient, model: str, version: str, **conf: Any) -> str:
+    return airflow.trigger("model_release", {"model": model, "version": version, **CANARY, **conf},
+                           run_id=f"test-canary-{uuid.uuid4().hex[:8]}")
+
+
+def _states(airflow: AirflowClient, run_id: str) -> dict[str, str]:
+    return {t["task_id"]: t["state"] for t in airflow.task_instances("model_release", run_id)}
+
+
+def _checkpoint(store: ObjectStore, model: str, triton_version: int) -> dict[str, Any]:
+    from modelops.canary.adapters import checkpoint_key
+
+    return dict(json.loads(store.get_bytes(checkpoint_key(model, triton_version)))["status"])
+
+
+def _routes(store: ObjectStore, model: str) -> Any:
+    from modelops.gateway.routes import load_routes, routes_key
+
+    return load_routes(store.get_bytes(routes_key(model)))
+
+
+def _note(airflow: AirflowClient, run_id: str) -> str:
+    return str(airflow.request("GET", f"/api/v2/dags/model_release/dagRuns/{run_id}").get("note") or "")
+
+
+def test_a_good_version_is_promoted_through_every_step(
+    airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
+    features_published: None,
+) -> None:
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    model = f"can_{uuid.uuid4().hex[:6]}"
+    stable = _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
+    version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
+    with Traffic(stack_settings, model):
+        run_id = _release(airflow, model, version)
+        state = airflow.wait("model_release", run_id, timeout_s=230)
+    states = _states(airflow, run_id)
+    assert state == "success", states
+    assert states["approve_full_rollout"] == "skipped"
+    canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+    status = _checkpoint(object_store, model, canary_tv)
+    assert status["phase"] == "promoted"
+    # Every analysed step was passed in turn: 25 % → 50 % → promoting (100 %).
+    weights = [t["target"] for t in status["transitions"]]
+    assert weights[-2:] == ["promoting", "promoted"]
+    assert status["analyses"] >= 2 and status["failed_checks"] == 0
+    routes = _routes(object_store, model)
+    assert (routes.stable.version, routes.canary, routes.canary_weight) == (canary_tv, None, 0.0)
+    registry = MlflowRegistry.from_settings()
+    new, old = registry.get(model, version), registry.get(model, stable["version"])
+    assert new.stage == "Production" and "champion" in new.aliases
+    assert old.stage == "Archived" and "champion" not in old.aliases
+    assert "promoted" in _note(airflow, run_id)
+
+
+def test_a_version_that_fails_requests_is_rolled_back_with_its_mttr(
+    airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
+    features_published: None,
+) -> None:
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    model = f"can_{uuid.uuid4().hex[:6]}"
+    stable = _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
+    version = _register(_variant(trained, {"variant": "faulty-errors", "error_rate": 0.3}), mlflow_uri, model)
+    with Traffic(stack_settings, model):
+        run_id = _release(airflow, model, version)
+        state = airflow.wait("model_release", run_id, timeout_s=230)
+    states = _states(airflow, run_id)
+    assert state == "failed", states
+    assert states["canary_to_approval"] == "failed"
+    canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+    status = _checkpoint(object_store, model, canary_tv)
+    assert status["phase"] == "rolled_back"
+    assert "error_rate" in status["reason"]
+    assert status["mttr_s"] is not None and 0 < status["mttr_s"] < 30
+    routes = _routes(object_store, model)
+    assert (routes.stable.version, routes.canary, routes.canary_weight) == (stable["triton_version"], None, 0.0)
+    info = MlflowRegistry.from_settings().get(model, version)
+    assert "challenger" not in info.aliases
+    assert float(info.tags["modelops.canary.mttr_s"]) == pytest.approx(status["mttr_s"], abs=1e-3)
+    assert MlflowRegistry.from_settings().get(model, stable["version"]).stage == "Production"
+    note = _note(airflow, run_id)
+    assert "rolled_back" in note and "MTTR" in note
+
+
+def test_abort_from_the_control_dag_rolls_back_at_once(
+    airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
+    features_published: None,
+) -> None:
+    model = f"can_{uuid.uuid4().hex[:6]}"
+    stable = _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
+    version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
+    with Traffic(stack_settings, model):
+        # Many steps so that the release is still running when the abort arrives.
+        run_id = _release(airflow, model, version, canary_steps="10,20,30,40,50,60,70,80,90,100")
+        deadline = time.monotonic() + 180
+        canary_tv = None
+        while time.monotonic() < deadline and canary_tv is None:
+            try:
+                canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+                _checkpoint(object_store, model, canary_tv)
+            except Exception:  # not published / not started yet
+                canary_tv = None
+                time.sleep(2)
+        assert canary_tv is not None, _states(airflow, run_id)
+        control = airflow.trigger("model_release_control", {"model": model, "version": canary_tv,
+                                                            "action": "abort", "reason": "test"},
+                                  run_id=f"test-abort-{uuid.uuid4().hex[:8]}")
+        assert airflow.wait("model_release_control", control, timeout_s=120) == "success"
+        state = airflow.wait("model_release", run_id, timeout_s=120)
+    assert state == "failed"
+    status = _checkpoint(object_store, model, canary_tv)
+    assert status["phase"] == "aborted"
+    assert status["weight"] < 1.0 and "aborted by" in status["reason"]
+    routes = _routes(object_store, model)
+    assert (routes.stable.version, routes.canary, routes.canary_weight) == (stable["triton_version"], None, 0.0)
