@@ -4,18 +4,23 @@
 ``feedback_join`` DAG. The counting rules are in :mod:`modelops.feedback.definitions`;
 :mod:`modelops.feedback.reference` computes the same thing in plain Python.
 
-Shape of the work (built-in SQL functions only, no Python UDFs):
+Shape of the work (built-in SQL functions only: no Python UDFs, no window functions):
 
 1. predictions: only ``feedback_token, ts, model, model_version`` are read; ``dt=/hour=``
    folders outside the run (plus :data:`~modelops.feedback.definitions.PARTITION_SLACK`)
    are pruned and ``start <= ts < end`` is pushed down into the Parquet scan.
-   Impressions are a plain aggregate of that scan; the join side keeps one row per token.
-2. events: every event read is classified in one pass over ``events LEFT JOIN
-   predictions`` (a shuffled hash join on the token, nothing big is broadcast); the
-   duplicate test and the per-token flags are window functions over the join's own
-   partitioning, so they need no further shuffle.
-3. the classified events are cached once and used twice: a small aggregate (counts per
-   reason and per version) and the quarantine write.
+   Impressions are a plain aggregate of that scan.
+2. Spark's runtime Bloom filter (enabled for this size in :data:`RUNTIME_BLOOM_FILTER`)
+   is built from the well-formed events' tokens and applied to the prediction scan, so
+   the predictions nobody reacted to (most of them) are never shuffled; nothing big is
+   broadcast (the filter is a few MB).
+3. one shuffled hash join of the well-formed events with the run's predictions (one row
+   per token) gives every event its prediction and its unknown/outside verdict; that
+   result is cached. Everything after it is already partitioned by token, so the
+   duplicate test (an aggregate per ``(token, action)`` and a join back on the few
+   repeated pairs) and the per-token flags need no further shuffle.
+4. two actions: the quarantine write, which counts the rejections by reason as it goes
+   (a Spark ``Observation``), and one small collect of the per-version counts.
 
 Outputs go to a staging folder next to ``out_dir`` that replaces ``out_dir`` by rename,
 so a re-run of the same window overwrites the whole output and a reader never sees half
@@ -31,7 +36,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from modelops.errors import ContractError, ModelopsError
 from modelops.feedback.definitions import (
@@ -60,8 +65,20 @@ OUTPUT_NAMES = frozenset({JSON_NAME, PARQUET_NAME, QUARANTINE_NAME})
 PARTITION_COLUMNS = ("dt", "hour")
 
 # Internal column names (prefixed so they never clash with a log's own columns).
-_TOKEN, _ACTION, _TS, _RECEIVED = "_fb_token", "_fb_action", "_fb_ts", "_fb_received"
-_REASON, _KEPT, _PRED = "reason", "_fb_kept", "_fb_pred"
+_TOKEN, _ACTION, _TS = "_fb_token", "_fb_action", "_fb_ts"
+_REASON, _PRE, _EID, _RECV_KEY = "reason", "_fb_pre", "_fb_eid", "_fb_recv_key"
+_COUNT_COLUMNS = ("impressions", "clicked", "converted", "skipped", "purchase_without_click")
+RUNTIME_BLOOM_FILTER = {
+    # Spark builds a Bloom filter of the well-formed events' tokens and applies it to the
+    # prediction scan, so predictions nobody reacted to are never shuffled. The defaults
+    # only do that for scans over 10 GB with a creation side under 10 MB.
+    "spark.sql.optimizer.runtime.bloomFilter.enabled": "true",
+    "spark.sql.optimizer.runtime.bloomFilter.applicationSideScanSizeThreshold": "1MB",
+    "spark.sql.optimizer.runtime.bloomFilter.creationSideThreshold": "1GB",
+    "spark.sql.optimizer.runtime.bloomFilter.expectedNumItems": "4000000",
+    "spark.sql.optimizer.runtime.bloomFilter.numBits": "40000000",
+}
+_LAST = "9999-12-31 23:59:59.999999"
 
 
 @dataclass(frozen=True)
@@ -118,17 +135,13 @@ def run_feedback_join(
     preds = _read(spark, predictions, "predictions", ("feedback_token", "ts", "model", "model_version"))
     preds = _in_run(preds, start, end)
     raw_events = _read(spark, events, "events", ("feedback_token", "action", "ts"))
-    classified = _classify(raw_events, preds, window_us).persist()
+    plan = _plan(raw_events, preds, window_us)
+    plan.matched.persist()
     try:
-        rows, rejected = _collect_counts(preds, classified)
         staging = target.parent / f".{target.name}.staging-{uuid.uuid4().hex[:12]}"
         try:
-            (
-                classified.where(_col(_REASON).isNotNull())
-                .select(*_original_columns(raw_events), _REASON)
-                .write.mode("overwrite")
-                .parquet(str(staging / QUARANTINE_NAME))
-            )
+            rejected = _write_quarantine(plan.rejected, staging / QUARANTINE_NAME)
+            rows = _collect_rows(preds, plan.firsts)
             _write_rows(staging / PARQUET_NAME, rows)
             document = result_document(
                 start=start, end=end, window_hours=window_hours, rows=rows, rejected=rejected
@@ -138,7 +151,7 @@ def run_feedback_join(
         finally:
             shutil.rmtree(staging, ignore_errors=True)
     finally:
-        classified.unpersist()
+        plan.matched.unpersist()
     return FeedbackResult(
         rows=rows,
         rejected=rejected,
@@ -149,16 +162,12 @@ def run_feedback_join(
     )
 
 
-def _col(name: str) -> Column:
-    from pyspark.sql import functions as F
-
-    return F.col(name)
-
-
 def _tune(spark: SparkSession) -> None:
     # A shuffled hash join skips sorting the prediction side; the window functions then
     # sort only the (smaller) joined events.
     spark.conf.set("spark.sql.join.preferSortMergeJoin", "false")
+    for key, value in RUNTIME_BLOOM_FILTER.items():
+        spark.conf.set(key, value)
     spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
 
 
@@ -209,9 +218,17 @@ def _epoch_hours(when: datetime) -> int:
     return int(when.timestamp()) // 3600
 
 
-def _classify(raw_events: DataFrame, preds: DataFrame, window_us: int) -> DataFrame:
-    """Every event with its verdict (``reason`` null when kept) and its prediction's version."""
-    from pyspark.sql import Window
+@dataclass(frozen=True)
+class _Plan:
+    """The lazy frames of one run: ``matched`` is cached and feeds the other two."""
+
+    matched: DataFrame  # well-formed events with their prediction and pre-verdict
+    firsts: DataFrame  # one row per (token, action) with a valid event: the kept one
+    rejected: DataFrame  # every rejected event: its own columns plus ``reason``
+
+
+def _plan(raw_events: DataFrame, preds: DataFrame, window_us: int) -> _Plan:
+    """Build the verdicts with joins and aggregates only (no window functions, no UDFs)."""
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, TimestampType
 
@@ -231,94 +248,111 @@ def _classify(raw_events: DataFrame, preds: DataFrame, window_us: int) -> DataFr
         text("feedback_token").alias(_TOKEN),
         text("action").alias(_ACTION),
         stamp("ts").alias(_TS),
-        stamp("received_at").alias(_RECEIVED),
+        # Copies are ordered by (ts, received_at nulls last): a null sorts as the latest time.
+        F.coalesce(stamp("received_at"), F.lit(_LAST).cast("timestamp")).alias(_RECV_KEY),
     )
-
-    first = (
-        preds.where(F.col("feedback_token").isNotNull())
-        .groupBy(F.col("feedback_token").alias("_p_token"))
-        .agg(F.min(F.struct("ts", "model", "model_version")).alias(_PRED))
-    )
-    joined = events.join(first, events[_TOKEN] == first["_p_token"], "left")
-
     well_formed = (
         F.col(_TOKEN).isNotNull()
         & (F.col(_TOKEN) != "")
         & F.col(_ACTION).isin(*ACTIONS)
         & F.col(_TS).isNotNull()
     )
-    delta = F.unix_micros(F.col(_TS)) - F.unix_micros(F.col(f"{_PRED}.ts"))
-    pre = (
-        F.when(~F.coalesce(well_formed, F.lit(False)), F.lit(Reason.MALFORMED.value))
-        .when(F.col("_p_token").isNull(), F.lit(Reason.UNKNOWN_TOKEN.value))
-        .when((delta < 0) | (delta > window_us), F.lit(Reason.OUTSIDE_WINDOW.value))
+    malformed = events.where(~F.coalesce(well_formed, F.lit(False))).select(
+        *keep, F.lit(Reason.MALFORMED.value).alias(_REASON)
     )
-    joined = joined.withColumn("_fb_pre", pre)
-    copies = Window.partitionBy(_TOKEN, _ACTION, "_fb_pre").orderBy(
-        F.col(_TS).asc_nulls_last(), F.col(_RECEIVED).asc_nulls_last()
+    # The plain filter (not wrapped) lets Spark's runtime Bloom filter (see _tune) drop the
+    # predictions nobody reacted to before they are shuffled.
+    candidates = events.where(well_formed).withColumn(_EID, F.monotonically_increasing_id())
+
+    # One row per token: a re-logged request is matched on its earliest prediction.
+    earliest = (
+        preds.where(F.col("feedback_token").isNotNull())
+        .groupBy(F.col("feedback_token").alias("_p_token"))
+        .agg(F.min(F.struct("ts", "model", "model_version")).alias("_p"))
     )
-    reason = F.when(F.col("_fb_pre").isNotNull(), F.col("_fb_pre")).when(
-        F.row_number().over(copies) > 1, F.lit(Reason.DUPLICATE.value)
+    delta = F.unix_micros(F.col(_TS)) - F.unix_micros(F.col("_p.ts"))
+    pre = F.when(F.col("_p_token").isNull(), F.lit(Reason.UNKNOWN_TOKEN.value)).when(
+        (delta < 0) | (delta > window_us), F.lit(Reason.OUTSIDE_WINDOW.value)
     )
-    joined = joined.withColumn(_REASON, reason).withColumn(_KEPT, F.col(_REASON).isNull())
-    per_token = Window.partitionBy(_TOKEN)
-    kept_click = F.max((F.col(_KEPT) & (F.col(_ACTION) == "click")).cast("int")).over(per_token)
-    return joined.select(
-        *keep,
-        _ACTION,
-        _REASON,
-        _KEPT,
-        F.col(f"{_PRED}.model").alias("_fb_model"),
-        F.col(f"{_PRED}.model_version").alias("_fb_version"),
-        kept_click.alias("_fb_token_clicked"),
+    matched = candidates.join(earliest.hint("shuffle_hash"), F.col(_TOKEN) == F.col("_p_token"), "left").select(
+        *keep, _TOKEN, _ACTION, _TS, _RECV_KEY, _EID, "_p", pre.alias(_PRE)
     )
 
+    # Everything below is partitioned by token already, so these need no further shuffle.
+    valid = matched.where(F.col(_PRE).isNull())
+    firsts = valid.groupBy(_TOKEN, _ACTION).agg(
+        F.min(F.struct(_TS, _RECV_KEY, _EID)).alias("_first"),
+        F.count(F.lit(1)).alias("_copies"),
+        F.min("_p").alias("_p"),
+    )
+    repeated = firsts.where(F.col("_copies") > 1).select(
+        F.col(_TOKEN).alias("_r_token"), F.col(_ACTION).alias("_r_action"), F.col(f"_first.{_EID}").alias("_r_eid")
+    )
+    duplicates = (
+        valid.join(
+            repeated.hint("shuffle_hash"),
+            (F.col(_TOKEN) == F.col("_r_token")) & (F.col(_ACTION) == F.col("_r_action")),
+        )
+        .where(F.col(_EID) != F.col("_r_eid"))
+        .select(*keep, F.lit(Reason.DUPLICATE.value).alias(_REASON))
+    )
+    outside = matched.where(F.col(_PRE).isNotNull()).select(*keep, F.col(_PRE).alias(_REASON))
+    rejected = malformed.unionByName(outside).unionByName(duplicates)
+    return _Plan(matched=matched, firsts=firsts, rejected=rejected)
 
-def _collect_counts(preds: DataFrame, classified: DataFrame) -> tuple[tuple[VersionCounts, ...], dict[str, int]]:
-    """Per-version rows and rejected counts, from one small aggregate of each input."""
+
+def _write_quarantine(rejected: DataFrame, path: Path) -> dict[str, int]:
+    """Write the rejected events and count them by reason in the same pass."""
+    from pyspark.sql import Observation
     from pyspark.sql import functions as F
 
-    kept = F.col(_KEPT)
-    action = F.col(_ACTION)
-    token_clicked = F.col("_fb_token_clicked") == 1
-    counts = (
-        classified.groupBy(_REASON, "_fb_model", "_fb_version")
-        .agg(
-            F.count(F.lit(1)).alias("events"),
-            F.count_if(kept & (action == "click")).alias("clicked"),
-            F.count_if(kept & (action == "purchase") & token_clicked).alias("converted"),
-            F.count_if(kept & (action == "skip")).alias("skipped"),
-            F.count_if(kept & (action == "purchase") & ~token_clicked).alias("purchase_without_click"),
-        )
-        .collect()
+    observation = Observation("feedback_rejected")
+    counted = rejected.observe(
+        observation, *(F.count_if(F.col(_REASON) == r.value).alias(r.value) for r in REASON_PRECEDENCE)
     )
-    impressions = preds.groupBy("model", "model_version").count().collect()
+    counted.write.mode("overwrite").parquet(str(path))
+    return rejected_counts({k: int(v) for k, v in observation.get.items()})
 
-    rejected: dict[str, int] = {r.value: 0 for r in REASON_PRECEDENCE}
-    kept_by_version: dict[tuple[str | None, int | None], dict[str, int]] = {}
-    for row in counts:
-        if row[_REASON] is not None:
-            rejected[row[_REASON]] += int(row["events"])
-        else:
-            kept_by_version[(row["_fb_model"], row["_fb_version"])] = row.asDict()
-    rows = []
-    for row in impressions:
+
+def _collect_rows(preds: DataFrame, firsts: DataFrame) -> tuple[VersionCounts, ...]:
+    """Per-version rows: impressions from the predictions, the rest from the kept events."""
+    from pyspark.sql import functions as F
+
+    def has(action: str) -> Column:
+        return F.max(F.col(_ACTION) == action)
+
+    per_token = firsts.groupBy(_TOKEN).agg(
+        has("click").alias("c"),
+        has("purchase").alias("pu"),
+        has("skip").alias("s"),
+        F.min("_p").alias("_p"),
+    )
+    kept = per_token.groupBy(F.col("_p.model").alias("model"), F.col("_p.model_version").alias("model_version")).agg(
+        F.lit(0).cast("long").alias("impressions"),
+        F.count_if("c").alias("clicked"),
+        F.count_if(F.col("c") & F.col("pu")).alias("converted"),
+        F.count_if("s").alias("skipped"),
+        F.count_if(F.col("pu") & ~F.col("c")).alias("purchase_without_click"),
+    )
+    zero = F.lit(0).cast("long")
+    impressions = preds.groupBy("model", "model_version").agg(
+        F.count(F.lit(1)).alias("impressions"),
+        *(zero.alias(c) for c in ("clicked", "converted", "skipped", "purchase_without_click")),
+    )
+    totals: dict[tuple[str | None, int | None], list[int]] = {}
+    for row in impressions.unionByName(kept).collect():
         key = (row["model"], row["model_version"])
-        kept_counts: dict[str, Any] = kept_by_version.pop(key, {})
-        rows.append(
-            VersionCounts(
-                model=key[0],
-                model_version=key[1],
-                impressions=int(row["count"]),
-                clicked=int(kept_counts.get("clicked", 0)),
-                converted=int(kept_counts.get("converted", 0)),
-                skipped=int(kept_counts.get("skipped", 0)),
-                purchase_without_click=int(kept_counts.get("purchase_without_click", 0)),
-            )
+        values = [int(row[c]) for c in _COUNT_COLUMNS]
+        totals[key] = [a + b for a, b in zip(totals.get(key, [0] * len(values)), values, strict=True)]
+    orphans = [key for key, values in totals.items() if values[0] == 0]
+    if orphans:  # every kept event has a prediction of the run, so this cannot happen
+        raise ModelopsError(f"kept feedback for versions without impressions: {sorted(orphans, key=str)}")
+    return tuple(
+        sorted(
+            (VersionCounts(key[0], key[1], *values) for key, values in totals.items()),
+            key=version_sort_key,
         )
-    if kept_by_version:  # every kept event has a prediction of the run, so this cannot happen
-        raise ModelopsError(f"kept feedback for versions without impressions: {sorted(kept_by_version, key=str)}")
-    return tuple(sorted(rows, key=version_sort_key)), rejected_counts(rejected)
+    )
 
 
 def _write_rows(path: Path, rows: tuple[VersionCounts, ...]) -> None:
