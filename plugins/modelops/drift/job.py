@@ -133,11 +133,15 @@ def _read(spark: SparkSession, path: str, columns: Sequence[str], side: str) -> 
 
 
 def _sample_key(df: DataFrame, columns: Sequence[str], seed: int) -> Column:
-    """A seeded 64-bit hash per row, independent of file order and partitioning."""
+    """A seeded 64-bit hash per row, independent of file order and partitioning.
+
+    It hashes the row identity (``request_id``, ``item_index``) when the log has it, else the
+    analysed values (identical rows then share a key, which cannot change the statistics).
+    """
     from pyspark.sql import functions as F
 
-    keys = [c for c in _KEY_COLUMNS if c in df.columns] if all(c in df.columns for c in _KEY_COLUMNS) else []
-    return F.xxhash64(F.lit(seed), *(keys or columns))
+    keys = list(_KEY_COLUMNS) if all(c in df.columns for c in _KEY_COLUMNS) else list(columns)
+    return F.xxhash64(F.lit(seed), *keys)
 
 
 def _limit_rows(df: DataFrame, max_rows: int, columns: Sequence[str], seed: int) -> tuple[DataFrame, int]:
