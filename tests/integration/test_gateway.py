@@ -265,7 +265,7 @@ def test_deadline_504_and_header_cannot_raise_it(gateway: GatewayProcess) -> Non
     assert 0.9 < time.monotonic() - started < 1.45
     metrics = requests.get(f"{gateway.url}/metrics", timeout=5).text
     assert f'modelops_gateway_errors_total{{model="{SLOW}",version="1",class="timeout"}} 2' in metrics
-    assert f'modelops_gateway_requests_total{{model="{SLOW}",version="1",code="504"}} 2' in metrics
+    assert f'modelops_gateway_requests_total{{model="{SLOW}",version="1"' not in metrics, "only answered ones"
     time.sleep(2.5)  # let the slow model drain its queue
 
 

@@ -160,9 +160,10 @@ class Gateway:
     def _init_metrics(self) -> None:
         r = self.registry = Registry()
         self.m_requests = r.counter("modelops_gateway_requests_total",
-                                    "Prediction requests by model, Triton version and status code.")
+                                    "Answered predictions by model, Triton version and status code.")
         self.m_errors = r.counter("modelops_gateway_errors_total",
-                                  "Failed predictions by model and class (contract, upstream, timeout, unavailable).")
+                                  "Failed predictions by model, version ('none' before routing) and class "
+                                  "(contract, upstream, timeout, unavailable).")
         self.m_latency = r.histogram("modelops_gateway_request_duration_seconds",
                                      "Prediction latency inside the gateway by model and version.")
         self.m_feedback = r.counter("modelops_gateway_feedback_events_total",
@@ -435,17 +436,14 @@ class Gateway:
             deadline_s = self._deadline_s(headers)
         except HTTPError as exc:
             unrouted = (*labels_model, ("version", "none"))  # rejected before a version was chosen
-            self.m_requests.inc((*unrouted, ("code", str(exc.status))))
             if exc.status in {400, 413, 415}:
                 self.m_errors.inc((*unrouted, ("class", "contract")))
             raise
         version = choose_version(routes, document["user_id"])
         labels = (*labels_model, ("version", str(version.version)))
-        try:
-            await self._answer(path, routes, version, labels, document, size, request_id, timing, deadline_s, send)
-        except HTTPError as exc:
-            self.m_requests.inc((*labels, ("code", str(exc.status))))
-            raise
+        # requests_total counts answered requests; a routed failure is in errors_total with its version
+        # (the canary's error rate is errors / (answered + errors)).
+        await self._answer(path, routes, version, labels, document, size, request_id, timing, deadline_s, send)
 
     async def _answer(self, path: str, routes: Routes, version: VersionRef, labels: Labels,
                       document: dict[str, Any], size: int, request_id: str, timing: _Timing, deadline_s: float,
