@@ -27,6 +27,7 @@ def spark_session(app_name: str, master: str | None = None, *, shuffle_partition
         SparkSession.builder.appName(app_name)
         .master(master)
         .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
