@@ -10,7 +10,8 @@ from modelops.jobs.schedule import run_day, wait_until
 
 def test_scheduled_run_covers_its_interval_and_waits_the_window_after_it() -> None:
     start = datetime(2026, 11, 28, tzinfo=UTC)
-    context = {"data_interval_start": start, "dag_run": SimpleNamespace(run_after=datetime(2026, 11, 29, tzinfo=UTC))}
+    context = {"data_interval_start": start, "data_interval_end": datetime(2026, 11, 29, tzinfo=UTC),
+               "dag_run": SimpleNamespace(run_after=datetime(2026, 11, 29, tzinfo=UTC))}
     assert run_day(context) == "2026-11-28"
     assert wait_until("2026-11-28", datetime(2026, 11, 29, tzinfo=UTC), 24) == datetime(2026, 11, 30, tzinfo=UTC)
 
@@ -26,3 +27,11 @@ def test_the_form_can_name_a_past_day() -> None:
     context = {"data_interval_start": None, "dag_run": SimpleNamespace(run_after=datetime(2026, 11, 29, tzinfo=UTC))}
     assert run_day(context, "2026-11-20") == "2026-11-20"
     assert wait_until("2026-11-20", datetime(2026, 11, 29, tzinfo=UTC), 24) == datetime(2026, 11, 22, tzinfo=UTC)
+
+
+def test_a_cron_trigger_at_midnight_covers_the_day_that_just_ended() -> None:
+    midnight = datetime(2026, 11, 29, tzinfo=UTC)
+    context = {"data_interval_start": midnight, "data_interval_end": midnight,
+               "dag_run": SimpleNamespace(run_after=midnight)}
+    assert run_day(context) == "2026-11-28"
+    assert wait_until("2026-11-28", midnight, 24) == datetime(2026, 11, 30, tzinfo=UTC)
