@@ -166,6 +166,8 @@ def _tune(spark: SparkSession) -> None:
     # A shuffled hash join skips sorting the prediction side; the window functions then
     # sort only the (smaller) joined events.
     spark.conf.set("spark.sql.join.preferSortMergeJoin", "false")
+    # Joins on (token, action) may reuse the partitioning by token instead of a new shuffle.
+    spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
     for key, value in RUNTIME_BLOOM_FILTER.items():
         spark.conf.set(key, value)
     spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
@@ -223,12 +225,13 @@ class _Plan:
     """The lazy frames of one run: ``matched`` is cached and feeds the other two."""
 
     matched: DataFrame  # well-formed events with their prediction and pre-verdict
-    firsts: DataFrame  # one row per (token, action) with a valid event: the kept one
+    firsts: DataFrame  # one row per (token, action, model, version) with valid events, and their count
     rejected: DataFrame  # every rejected event: its own columns plus ``reason``
 
 
 def _plan(raw_events: DataFrame, preds: DataFrame, window_us: int) -> _Plan:
     """Build the verdicts with joins and aggregates only (no window functions, no UDFs)."""
+    from pyspark.sql import Window
     from pyspark.sql import functions as F
     from pyspark.sql.types import StringType, TimestampType
 
@@ -278,22 +281,25 @@ def _plan(raw_events: DataFrame, preds: DataFrame, window_us: int) -> _Plan:
         *keep, _TOKEN, _ACTION, _TS, _RECV_KEY, _EID, "_p", pre.alias(_PRE)
     )
 
-    # Everything below is partitioned by token already, so these need no further shuffle.
-    valid = matched.where(F.col(_PRE).isNull())
-    firsts = valid.groupBy(_TOKEN, _ACTION).agg(
-        F.min(F.struct(_TS, _RECV_KEY, _EID)).alias("_first"),
-        F.count(F.lit(1)).alias("_copies"),
-        F.min("_p").alias("_p"),
+    # Everything below is partitioned by token already, so it needs no further shuffle;
+    # the aggregates keep fixed-width buffers (hash aggregation, no sort).
+    valid = matched.where(F.col(_PRE).isNull()).select(
+        *keep, _TOKEN, _ACTION, _TS, _RECV_KEY, _EID,
+        F.col("_p.model").alias("_p_model"), F.col("_p.model_version").alias("_p_version"),
     )
+    firsts = valid.groupBy(_TOKEN, _ACTION, "_p_model", "_p_version").agg(F.count(F.lit(1)).alias("_copies"))
     repeated = firsts.where(F.col("_copies") > 1).select(
-        F.col(_TOKEN).alias("_r_token"), F.col(_ACTION).alias("_r_action"), F.col(f"_first.{_EID}").alias("_r_eid")
+        F.col(_TOKEN).alias("_r_token"), F.col(_ACTION).alias("_r_action")
     )
+    # Only the few repeated (token, action) pairs are ordered: the first copy is kept.
+    order = Window.partitionBy(_TOKEN, _ACTION).orderBy(_TS, _RECV_KEY, _EID)
     duplicates = (
         valid.join(
             repeated.hint("shuffle_hash"),
             (F.col(_TOKEN) == F.col("_r_token")) & (F.col(_ACTION) == F.col("_r_action")),
         )
-        .where(F.col(_EID) != F.col("_r_eid"))
+        .withColumn("_copy", F.row_number().over(order))
+        .where(F.col("_copy") > 1)
         .select(*keep, F.lit(Reason.DUPLICATE.value).alias(_REASON))
     )
     outside = matched.where(F.col(_PRE).isNotNull()).select(*keep, F.col(_PRE).alias(_REASON))
@@ -321,13 +327,11 @@ def _collect_rows(preds: DataFrame, firsts: DataFrame) -> tuple[VersionCounts, .
     def has(action: str) -> Column:
         return F.max(F.col(_ACTION) == action)
 
-    per_token = firsts.groupBy(_TOKEN).agg(
-        has("click").alias("c"),
-        has("purchase").alias("pu"),
-        has("skip").alias("s"),
-        F.min("_p").alias("_p"),
+    # model and version depend on the token alone: grouping by them keeps a hash aggregate.
+    per_token = firsts.groupBy(_TOKEN, "_p_model", "_p_version").agg(
+        has("click").alias("c"), has("purchase").alias("pu"), has("skip").alias("s")
     )
-    kept = per_token.groupBy(F.col("_p.model").alias("model"), F.col("_p.model_version").alias("model_version")).agg(
+    kept = per_token.groupBy(F.col("_p_model").alias("model"), F.col("_p_version").alias("model_version")).agg(
         F.lit(0).cast("long").alias("impressions"),
         F.count_if("c").alias("clicked"),
         F.count_if(F.col("c") & F.col("pu")).alias("converted"),
