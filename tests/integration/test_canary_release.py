@@ -9,6 +9,7 @@ rolls a release back at its next window.
 
 from __future__ import annotations
 
+import argparse
 import asyncio
 import contextlib
 import json
@@ -146,33 +147,46 @@ def _note(airflow: AirflowClient, run_id: str) -> str:
 
 def test_a_good_version_is_promoted_through_every_step(
     airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
-    features_published: None,
+    features_published: None, capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Started and followed with ``modelops release start`` (the CLI prints the live progress)."""
     from modelops.registry.mlflow_registry import MlflowRegistry
+    from modelops.release.commands import add_commands
 
     model = f"can_{uuid.uuid4().hex[:6]}"
     stable = _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
     version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["release", "start", "--model", model, "--version", version, "--steps", "25,50,100",
+                              "--interval-s", str(CANARY["analysis_interval_s"]), "--min-requests",
+                              str(CANARY["min_requests"]), "--timeout-s", "230"])
+    capsys.readouterr()
     with Traffic(stack_settings, model):
-        run_id = _release(airflow, model, version)
-        state = airflow.wait("model_release", run_id, timeout_s=230)
+        code = args.func(args)
+    printed = capsys.readouterr().out
+    run_id = printed.split("model_release run ", 1)[1].split()[0]
     states = _states(airflow, run_id)
-    assert state == "success", states
+    assert code == 0, (printed, states)
+    assert airflow.run_state("model_release", run_id) == "success"
+    # Live progress: the weight of each step, then the end, then the run's note.
+    assert "progressing at 25%" in printed and "promoted at 100%" in printed, printed
+    note = _note(airflow, run_id)
+    assert note.startswith(f"{model} v") and "promoted" in note and note in printed, (note, printed)
     assert states["approve_full_rollout"] == "skipped"
     canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
     status = _checkpoint(object_store, model, canary_tv)
     assert status["phase"] == "promoted"
-    # Every analysed step was passed in turn: 25 % → 50 % → promoting (100 %).
-    weights = [t["target"] for t in status["transitions"]]
-    assert weights[-2:] == ["promoting", "promoted"]
-    assert status["analyses"] >= 2 and status["failed_checks"] == 0
+    # Every analysed step was passed in turn (25 %, then 50 %), then promoted.
+    phases = [t["to"] for t in status["transitions"]]
+    assert phases[-2:] == ["promoting", "promoted"] and "paused" not in phases
+    assert status["analyses"] == 2 and status["failed_checks"] == 0
     routes = _routes(object_store, model)
     assert (routes.stable.version, routes.canary, routes.canary_weight) == (canary_tv, None, 0.0)
     registry = MlflowRegistry.from_settings()
     new, old = registry.get(model, version), registry.get(model, stable["version"])
     assert new.stage == "Production" and "champion" in new.aliases
     assert old.stage == "Archived" and "champion" not in old.aliases
-    assert "promoted" in _note(airflow, run_id)
 
 
 def test_a_version_that_fails_requests_is_rolled_back_with_its_mttr(

@@ -124,8 +124,12 @@ def _stable_mlflow_version(model: str, triton_version: int) -> str:
 
 
 def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: CanarySpec,
-         gateway_urls: Sequence[str] | None = None) -> Wiring:
-    """Build the runner with the real adapters; the stable version is the one the routes serve now."""
+         gateway_urls: Sequence[str] | None = None, release_dict: Mapping[str, Any] | None = None) -> Wiring:
+    """Build the runner with the real adapters.
+
+    The stable version is the one the routes serve now, unless ``release_dict`` (what an
+    earlier window resolved, carried through the deferral) says which it is.
+    """
     from modelops.canary.adapters import (
         MlflowRegistryPort,
         ObjectStoreRoutes,
@@ -146,17 +150,20 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
     model = str(published["model"])
     canary = VersionRef(int(published["triton_version"]), str(published["sha256"]), str(candidate["version"]))
     source = ScrapeSource([f"{u.rstrip('/')}/metrics" for u in urls], cfg.triton_metrics_url)
-    key = routes_key(model)
-    current = load_routes(store.get_bytes(key)) if store.exists(key) else None
-    if current is None or current.stable.version == canary.triton_version:
-        return Wiring(None, store, model, canary.triton_version, source)
-    stable = VersionRef(current.stable.version, current.stable.sha256,
-                        _stable_mlflow_version(model, current.stable.version))
-    release = Release(model, stable, canary, released_by=str(candidate.get("started_by") or "modelops"))
+    if release_dict is not None:
+        release = Release.from_dict(release_dict)
+    else:
+        key = routes_key(model)
+        current = load_routes(store.get_bytes(key)) if store.exists(key) else None
+        if current is None or current.stable.version == canary.triton_version:
+            return Wiring(None, store, model, canary.triton_version, source)
+        stable = VersionRef(current.stable.version, current.stable.sha256,
+                            _stable_mlflow_version(model, current.stable.version))
+        release = Release(model, stable, canary, released_by=str(candidate.get("started_by") or "modelops"))
     runner = Runner(spec=spec, release=release, routes=ObjectStoreRoutes(store, urls), serving=TritonServing(cfg),
                     registry=MlflowRegistryPort(MlflowRegistry.from_settings(cfg)), notifier=default_notifier(),
-                    store=ObjectStoreStatusStore(store, checkpoint_key(model, canary.triton_version)))
-    return Wiring(runner, store, model, canary.triton_version, source)
+                    store=ObjectStoreStatusStore(store, checkpoint_key(model, release.canary.triton_version)))
+    return Wiring(runner, store, model, release.canary.triton_version, source)
 
 
 def summary_dict(status: CanaryStatus) -> dict[str, Any]:
@@ -199,6 +206,11 @@ class CanaryOperator(BaseOperator):
 
     # ---------------------------------------------------------------- Airflow entry points
     def execute(self, context: Any) -> dict[str, Any]:
+        if self.stage == "finish":
+            before = context["ti"].xcom_pull(task_ids="canary_to_approval") or {}
+            if before.get("phase") in {p.value for p in Phase if p.terminal}:
+                self.log.info("the release already ended in canary_to_approval: %s", before.get("phase"))
+                return dict(before)
         spec = spec_from_params(context["params"])
         wiring = wire(self.candidate, self.published, spec, self.gateway_urls)
         if wiring.runner is None:
@@ -226,23 +238,30 @@ class CanaryOperator(BaseOperator):
         return self._next(context, wiring, status)
 
     def execute_window(self, context: Any, event: Mapping[str, Any] | None = None,
-                       opened: Mapping[str, Any] | None = None) -> dict[str, Any]:
+                       opened: Mapping[str, Any] | None = None,
+                       release: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        now = time.time()
         spec = spec_from_params(context["params"])
-        wiring = wire(self.candidate, self.published, spec, self.gateway_urls)
+        wiring = wire(self.candidate, self.published, spec, self.gateway_urls, release)
         if wiring.runner is None:
             raise AirflowFailException(f"canary {wiring.model} v{wiring.canary_version}: routes changed under the "
                                        "release (no stable version to compare with)")
         runner = wiring.runner
+        r = runner.release
+        # The window ends now: measure before anything else touches the clock.
+        m = None if opened is None else wiring.source.measure(wiring.model, r.stable.triton_version,
+                                                               r.canary.triton_version, opened, time.time())
+        self.log.info("window measured %.1f s after the trigger fired",
+                      now - float((event or {}).get("fired_at", now)))
         status = runner.resume()
         status = self._apply_control(wiring, status)
-        if not status.phase.terminal and opened is not None:
-            m = wiring.source.measure(wiring.model, status.stable_version, status.canary_version, opened, time.time())
-            analysed = status.analyses
+        if not status.phase.terminal and m is not None:
+            analysed, weight = status.analyses, status.weight
             status = runner.handle(m)
             if status.analyses > analysed and status.last_analysis is not None:
                 from modelops.canary.report import analysis_table
 
-                self.log.info("\n%s", analysis_table(status.last_analysis, status.weight))
+                self.log.info("\n%s", analysis_table(status.last_analysis, weight))
             self.log.info("canary %s v%d: %s at %.0f%% (%d analyses, %d failed)", wiring.model,
                           wiring.canary_version, status.phase.value, status.weight * 100, status.analyses,
                           status.failed_checks)
@@ -279,8 +298,9 @@ class CanaryOperator(BaseOperator):
         spec = spec_from_params(context["params"])
         now = time.time()
         opened = wiring.source.open_window(wiring.model, now)
+        release = wiring.runner.release.to_dict() if wiring.runner is not None else None
         self.defer(trigger=CanaryIntervalTrigger(now + spec.interval_s, wiring.model, wiring.canary_version),
-                   method_name="execute_window", kwargs={"opened": opened})
+                   method_name="execute_window", kwargs={"opened": opened, "release": release})
 
     def _finish(self, context: Any, status: CanaryStatus) -> dict[str, Any]:
         return finish(context, status, self.log)
