@@ -243,10 +243,51 @@ def test_abort_from_the_control_dag_rolls_back_at_once(
                                                             "action": "abort", "reason": "test"},
                                   run_id=f"test-abort-{uuid.uuid4().hex[:8]}")
         assert airflow.wait("model_release_control", control, timeout_s=120) == "success"
+        request = airflow.xcom("model_release_control", control, "request_control")
         state = airflow.wait("model_release", run_id, timeout_s=120)
     assert state == "failed"
     status = _checkpoint(object_store, model, canary_tv)
     assert status["phase"] == "aborted"
-    assert status["weight"] < 1.0 and "aborted by" in status["reason"]
+    assert status["reason"] == "aborted by airflow-ui: test"
+    assert status["failed_checks"] == 0 and status["mttr_s"] is not None
+    # Applied at the release's next window (5 s interval), far before its ten steps could have run.
+    assert 0 < status["rollback_applied_at"] - request["requested_at"] < 60
     routes = _routes(object_store, model)
     assert (routes.stable.version, routes.canary, routes.canary_weight) == (stable["triton_version"], None, 0.0)
+
+
+def test_with_approval_required_the_release_waits_at_50_percent_until_approved(
+    airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
+    features_published: None,
+) -> None:
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    model = f"can_{uuid.uuid4().hex[:6]}"
+    _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
+    version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
+    hitl = "/api/v2/dags/model_release/dagRuns/{run_id}/taskInstances/approve_full_rollout/-1/hitlDetails"
+    with Traffic(stack_settings, model):
+        run_id = _release(airflow, model, version, require_approval=True)
+        deadline = time.monotonic() + 200
+        detail: dict[str, Any] | None = None
+        while time.monotonic() < deadline and detail is None:
+            try:
+                detail = airflow.request("GET", hitl.format(run_id=run_id))
+            except Exception:  # the approval task has not asked yet
+                assert airflow.run_state("model_release", run_id) in ("queued", "running"), _states(airflow, run_id)
+                time.sleep(2)
+        assert detail is not None, _states(airflow, run_id)
+        canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+        # It waits: still 50 % after a few more intervals, nothing promoted.
+        time.sleep(3 * CANARY["analysis_interval_s"])
+        status = _checkpoint(object_store, model, canary_tv)
+        assert (status["phase"], status["weight"]) == ("waiting_approval", 0.5)
+        assert _routes(object_store, model).canary_weight == 0.5
+        assert MlflowRegistry.from_settings().get(model, version).stage != "Production"
+        assert detail["options"] == ["Approve", "Reject"]
+        airflow.request("PATCH", hitl.format(run_id=run_id), json={"chosen_options": ["Approve"]})
+        state = airflow.wait("model_release", run_id, timeout_s=120)
+    assert state == "success", _states(airflow, run_id)
+    status = _checkpoint(object_store, model, canary_tv)
+    assert status["phase"] == "promoted" and status["approved"]
+    assert MlflowRegistry.from_settings().get(model, version).stage == "Production"
