@@ -19,7 +19,6 @@ from typing import Any
 
 import pytest
 import requests
-from tests.integration.test_gateway import GatewayProcess, free_port, gateway_env, routes_doc
 
 from modelops.canary.gates import p99_ms
 from modelops.canary.sources import ScrapeSource
@@ -30,6 +29,7 @@ from modelops.gateway.routes import choose_version, routes_key, serialize_routes
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.objectstore import ObjectStore
 from modelops.serving.triton import TritonClient
+from tests.integration.test_gateway import GatewayProcess, free_port, gateway_env, routes_doc
 
 pytestmark = pytest.mark.integration
 
