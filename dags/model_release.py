@@ -14,6 +14,7 @@ Abort / pause / resume a running release with the ``model_release_control`` DAG.
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pendulum
@@ -95,8 +96,12 @@ def model_release() -> None:
     contract = contract_gate(candidate)
     published = publish(candidate, contract)
     verified = verify_served(candidate, published)
+    # Retries are safe (the release resumes from its checkpoint) and needed: on a loaded scheduler a
+    # short interval can fire before the deferral's exit is processed, and the scheduler then fails the
+    # re-queued try ("finished with state success, but ... queued").
+    resumable = {"retries": 3, "retry_delay": timedelta(seconds=2)}
     canary = CanaryOperator(task_id="canary_to_approval", candidate=candidate, published=published,
-                            stage="to_approval")
+                            stage="to_approval", **resumable)
     approval = ReleaseApproval(
         task_id="approve_full_rollout",
         subject="Promote {{ params.model }} to 100%?",
@@ -104,7 +109,7 @@ def model_release() -> None:
              "(100%, MLflow Production + champion); Reject to roll back. Analyses: `canary_to_approval` log.",
     )
     done = CanaryOperator(task_id="canary_finish", candidate=candidate, published=published, stage="finish",
-                          trigger_rule="none_failed")
+                          trigger_rule="none_failed", **resumable)
     verified >> canary >> approval >> done
 
 

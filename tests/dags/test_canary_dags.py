@@ -35,6 +35,8 @@ def test_the_canary_follows_verify_served_with_approval_between_its_two_tasks(da
     assert isinstance(dag.get_task("approve_full_rollout"), ApprovalOperator)
     # Skipped approval (no approval asked) must not skip the end of the release.
     assert dag.get_task("canary_finish").trigger_rule == "none_failed"
+    # A retried canary task resumes from the checkpoint (needed when a loaded scheduler fails a resumed try).
+    assert dag.get_task("canary_to_approval").retries >= 1 and dag.get_task("canary_finish").retries >= 1
 
 
 def test_every_canary_threshold_is_a_documented_release_param(dags) -> None:  # type: ignore[no-untyped-def]
