@@ -296,6 +296,8 @@ def main() -> int:
     parser.add_argument("--malformed", type=float, default=0.001, help="share of malformed events")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--no-warmup", dest="warmup", action="store_false",
+                        help="skip the warm-up job run (quicker; the first warm round then pays JIT warm-up)")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "modelops-bench-feedback"))
     args = parser.parse_args()
 
@@ -320,7 +322,8 @@ def main() -> int:
     }
     print("warm-up ...", flush=True)
     anchor = run_duckdb(preds, events, work / "duckdb")
-    warm()
+    if args.warmup:
+        warm()
     times: dict[str, list[float]] = {name: [] for name in commands}
     try:
         for i in range(args.rounds):
@@ -333,6 +336,8 @@ def main() -> int:
                     print(f"MISMATCH {name}:\n  {result}\n  duckdb: {anchor}", file=sys.stderr)
                     return 1
             print(f"round {i + 1}: " + ", ".join(f"{n} {t[-1]:.2f}s" for n, t in times.items()), flush=True)
+            if i + 1 < args.rounds:  # so that an interrupted run still shows where it stands
+                print("  so far: " + _ratios(times), flush=True)
     finally:
         spark.stop()
         shutil.rmtree(work, ignore_errors=True)
@@ -345,9 +350,16 @@ def main() -> int:
     med = {name: statistics.median(t) for name, t in times.items()}
     for name, t in times.items():
         print(f"{name:>20}: median {med[name]:.2f}s  rounds {[round(x, 2) for x in t]}")
-    print(f"job_without_startup / duckdb = {med['job_without_startup'] / med['duckdb']:.2f}")
-    print(f"job_end_to_end / duckdb = {med['job_end_to_end'] / med['duckdb']:.2f}")
+    print(_ratios(times).replace(", ", "\n"))
     return 0
+
+
+def _ratios(times: dict[str, list[float]]) -> str:
+    med = {name: statistics.median(t) for name, t in times.items()}
+    return (
+        f"job_without_startup / duckdb = {med['job_without_startup'] / med['duckdb']:.2f}, "
+        f"job_end_to_end / duckdb = {med['job_end_to_end'] / med['duckdb']:.2f}"
+    )
 
 
 if __name__ == "__main__":
