@@ -20,6 +20,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "modelops.example.commands",
     "modelops.contracts.commands",
     "modelops.serving.commands",
+    "modelops.release.commands",
     "modelops.gateway.commands",
     "modelops.traffic.commands",
     "modelops.feedback.commands",

@@ -33,6 +33,8 @@ OPERATOR_MODULES = (
     "airflow.providers.standard.operators.trigger_dagrun",
     "airflow.providers.standard.sensors.date_time",
     "airflow.providers.apache.spark.operators.spark_submit",
+    "airflow.providers.standard.decorators.python",  # what every @task needs
+    "airflow.providers.amazon.aws.hooks.s3",  # Airflow's own s3:// Asset URI handler
 )
 # (boto3 is not listed: Airflow itself imports it to normalise an s3:// Asset URI.)
 HEAVY_MODULES = ("pandas", "pyspark", "mlflow", "sklearn", "great_expectations", "onnxruntime")

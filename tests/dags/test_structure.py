@@ -11,11 +11,15 @@ DAGS = Path(__file__).resolve().parents[2] / "dags"
 EXPECTED = {
     "train_and_register": {"train_or_take_run": ["register"], "register": []},
     "model_release": {
-        "resolve_candidate": ["contract_gate", "publish", "verify_served"],
+        "resolve_candidate": ["canary_finish", "canary_to_approval", "contract_gate", "publish", "verify_served"],
         "contract_gate": ["publish"],
-        "publish": ["verify_served"],
-        "verify_served": [],
+        "publish": ["canary_finish", "canary_to_approval", "verify_served"],
+        "verify_served": ["canary_to_approval"],
+        "canary_to_approval": ["approve_full_rollout"],
+        "approve_full_rollout": ["canary_finish"],
+        "canary_finish": [],
     },
+    "model_release_control": {"request_control": []},
     "release_on_staging": {"new_staging_versions": ["start_release"], "start_release": []},
     "feedback_join": {
         "plan_window": ["publish_metrics", "stage_inputs", "wait_for_late_feedback"],
