@@ -208,9 +208,11 @@ def test_nightly_drift_dag_finds_the_injected_drift_and_reports_it(
     prefix = f"reports/drift/{model}/v{served['triton_version']}/dt={day}"
     document = json.loads(object_store.get_bytes(f"{prefix}/drift.json"))
     assert document["drifted"] is True
-    assert set(document["top_causes"]) <= set(DRIFTED) and document["top_causes"]
-    not_moved = [f for f in document["features"] if f["name"].startswith("item_emb_")]
-    assert not any(f["drifted"] for f in not_moved)
+    assert sorted(document["top_causes"]) == sorted(DRIFTED)
+    # With a few hundred requests, untouched features wobble (a user's features repeat across
+    # their items); the injected shifts must stand far above every one of them.
+    ks = {f["name"]: f["ks"] for f in document["features"]}
+    assert min(ks[name] for name in DRIFTED) > 2 * max(v for k, v in ks.items() if k not in DRIFTED)
 
     messages = notifications.wait_for(already + 1, timeout_s=30)[already:]
     drift_alerts = [m for m in messages if m["title"].startswith(f"Drift detected: {model}")]
