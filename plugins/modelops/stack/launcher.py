@@ -90,9 +90,18 @@ def _failure(cfg: Settings, service: Service, why: str) -> StackError:
     )
 
 
-def up(cfg: Settings, progress: Progress = print) -> list[ServiceState]:
-    """Bring every service to healthy; returns their states (with seconds to healthy)."""
+def up(cfg: Settings, progress: Progress = print, *, only: Sequence[str] | None = None) -> list[ServiceState]:
+    """Bring every service (or ``only`` these and what they depend on) to healthy; returns their states."""
     services = all_services(cfg)
+    if only is not None:
+        wanted = set(only)
+        for service in reversed(services):
+            if service.name in wanted:
+                wanted.update(service.depends_on)
+        unknown = set(only) - {s.name for s in services}
+        if unknown:
+            raise StackError(f"unknown service(s) {sorted(unknown)}; the stack has {[s.name for s in services]}")
+        services = [s for s in services if s.name in wanted]
     started_at = time.monotonic()
     print_lock = threading.Lock()
 

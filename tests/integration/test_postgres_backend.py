@@ -1,0 +1,45 @@
+"""MLflow on the private PostgreSQL 15 cluster the stack initialises (MODELOPS_MLFLOW_BACKEND=postgresql)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from modelops.config import load_settings
+from modelops.stack import launcher, process
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.mark.skipif(not Path("/usr/lib/postgresql/15/bin/initdb").exists(),
+                    reason="PostgreSQL 15 server binaries are not installed on this machine")
+def test_mlflow_runs_on_a_private_postgresql_cluster() -> None:
+    from mlflow import MlflowClient
+
+    base = int(os.environ.get("MODELOPS_TEST_PORT_BASE", "24000")) + 2000  # beside the shared test stack
+    home = tempfile.mkdtemp(prefix="modelops-pg-")
+    env = {**os.environ, "MODELOPS_HOME": home, "MODELOPS_MLFLOW_BACKEND": "postgresql",
+           "MODELOPS_S3_PORT": str(base + 310), "MODELOPS_MLFLOW_PORT": str(base + 510),
+           "MODELOPS_POSTGRES_PORT": str(base + 532), "MODELOPS_TRITON_HTTP_PORT": str(base + 300),
+           "MODELOPS_TRITON_GRPC_PORT": str(base + 301), "MODELOPS_TRITON_METRICS_PORT": str(base + 302),
+           "MODELOPS_AIRFLOW_PORT": str(base + 380), "MODELOPS_GATEWAY_PORT": str(base + 400)}
+    cfg = load_settings(env)
+    try:
+        states = {s.name: s.state for s in launcher.up(cfg, progress=lambda line: None, only=["mlflow"])}
+        assert states == {"objectstore": "healthy", "postgres": "healthy", "mlflow": "healthy"}
+        assert (Path(home) / "postgres" / "data" / "PG_VERSION").read_text().strip() == "15"
+        client = MlflowClient(cfg.mlflow_uri)
+        client.create_registered_model("pg-backed")
+        assert [m.name for m in client.search_registered_models()] == ["pg-backed"]
+        # The registry lives in PostgreSQL: a restarted MLflow server still has it.
+        launcher.down(cfg, progress=lambda line: None)
+        launcher.up(cfg, progress=lambda line: None, only=["mlflow"])
+        assert [m.name for m in MlflowClient(cfg.mlflow_uri).search_registered_models()] == ["pg-backed"]
+    finally:
+        launcher.down(cfg, progress=lambda line: None)
+        assert not process.port_in_use(cfg.bind_host, cfg.postgres_port)
+        shutil.rmtree(home, ignore_errors=True)
