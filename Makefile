@@ -15,6 +15,10 @@ $(STAMP): requirements.lock pyproject.toml
 	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	@$(BIN)/pip install -q --upgrade "pip>=24" 2>&1 | $(QUIET_PIP)
 	@$(BIN)/pip install -q -r requirements.lock 2>&1 | $(QUIET_PIP)
+	@# pyspark-client 4.2 (pulled in by the Spark provider) overwrites pyspark 4.3's Python files, and
+	@# Python UDFs then fail against the 4.3 JVM; put pyspark's own files back.
+	@$(BIN)/pip install -q --no-deps --force-reinstall "$$(grep '^pyspark==' requirements.lock)" 2>&1 | $(QUIET_PIP)
+	@$(BIN)/python -c "import pyspark, sys; v = pyspark.__version__; sys.exit(0 if v.startswith('4.3') else f'pyspark {v} != 4.3')"
 	@$(BIN)/pip install -q --no-deps -e . 2>&1 | $(QUIET_PIP)
 	@$(BIN)/python -c "import modelops, airflow, mlflow, great_expectations, pyspark, tritonclient.http" > /dev/null
 	@touch $(STAMP)
