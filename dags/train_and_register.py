@@ -22,6 +22,8 @@ PARAMS = {
     "max_iter": Param(60, type="integer", minimum=1, description="Training epochs at most."),
     "variant": Param("good", type="string", enum=["good", "faulty-errors", "collapsed", "slow"],
                      description="A faulty variant for canary tests, or good."),
+    "error_rate": Param(0.05, type="number", minimum=0, maximum=1,
+                        description="faulty-errors: the share of requests that raise."),
 }
 
 

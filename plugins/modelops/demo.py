@@ -88,8 +88,11 @@ def _release(cfg: Settings) -> str:
     run_id = _follow("model_release", {"model": DEMO_MODEL, "version": str(_STATE["version"])})
     published = client_from_settings().xcom("model_release", run_id, "publish")
     _STATE["triton_version"] = published["triton_version"]
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    info = MlflowRegistry.from_settings().get(DEMO_MODEL, str(_STATE["version"]))
     return (f"Triton {DEMO_MODEL} version {published['triton_version']} (sha256 {published['sha256'][:12]}…), "
-            f"MLflow version {_STATE['version']} in Staging as challenger")
+            f"MLflow version {info.version} in {info.stage} (aliases: {', '.join(info.aliases) or '-'})")
 
 
 def _infer(cfg: Settings) -> str:
@@ -117,6 +120,75 @@ def _infer(cfg: Settings) -> str:
     return f"{len(scores)} scores from Triton {DEMO_MODEL} v{version}"
 
 
+class _Traffic:
+    """Simulated users against the stack's gateway, in a thread, for the length of a release."""
+
+    def __init__(self, cfg: Settings, rate: float = 40.0) -> None:
+        import asyncio
+        import threading
+
+        from modelops.traffic.simulation import Behaviour, TrafficSpec
+
+        self.spec = TrafficSpec(model=DEMO_MODEL, rate=rate, max_requests=1_000_000, max_seconds=900.0,
+                                n_users=1000, n_items=1000, items_per_request=(2, 8), id_width=6,
+                                default=Behaviour(0.1, 0.2, 0.1), per_version={}, concurrency=16, seed=5)
+        self.url = cfg.gateway_url
+        self.stop = threading.Event()
+        self.report: object = None
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        import asyncio
+
+        from modelops.traffic.runner import run_traffic
+
+        task = asyncio.create_task(run_traffic(self.spec, self.url, progress=lambda line: None))
+        while not self.stop.is_set() and not task.done():
+            await asyncio.sleep(0.2)
+        task.cancel()
+
+    def __enter__(self) -> _Traffic:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
+
+
+def _canary_release(cfg: Settings, variant: str, expect: str) -> str:
+    from modelops.airflow_client import client_from_settings
+
+    client = client_from_settings()
+    train_conf: dict[str, object] = {"model_name": DEMO_MODEL, "seed": 8 if variant == "good" else 9,
+                                     "variant": variant, "error_rate": 0.3}
+    run_id = _follow("train_and_register", train_conf)
+    version = client.xcom("train_and_register", run_id, "register")["version"]
+    print(f"    registered {DEMO_MODEL} version {version} ({variant}); releasing it with a canary under traffic")
+    conf = {"model": DEMO_MODEL, "version": str(version), "canary_steps": "25,50,100", "analysis_interval_s": 5,
+            "min_requests": 20}
+    with _Traffic(cfg):
+        release = client.trigger("model_release", conf)
+        state = client.wait("model_release", release, timeout_s=900,
+                            on_change=lambda s: print(f"    model_release: {s}", flush=True))
+    note = client.request("GET", f"/api/v2/dags/model_release/dagRuns/{release}").get("note") or ""
+    print("    timeline: " + note.replace("\n", "\n              "))
+    outcome = "promoted" if state == "success" else "rolled back"
+    if outcome != expect:
+        from modelops.airflow_client import AirflowError
+
+        raise AirflowError(f"expected the {variant} version to be {expect}, it was {outcome}: {note}")
+    return f"{DEMO_MODEL} version {version} ({variant}) {outcome}"
+
+
+def _release_good(cfg: Settings) -> str:
+    return _canary_release(cfg, "good", "promoted")
+
+
+def _release_faulty(cfg: Settings) -> str:
+    return _canary_release(cfg, "faulty-errors", "rolled back")
+
+
 STEPS: tuple[Step, ...] = (
     Step("bring the embedded stack up", _stack_up),
     Step("show where to look", _urls),
@@ -124,6 +196,8 @@ STEPS: tuple[Step, ...] = (
     Step("train and register the reference model (Airflow: train_and_register)", _train_and_register),
     Step("release it: contract gate, Triton publish, verify (Airflow: model_release)", _release),
     Step("score one request on the released Triton version", _infer),
+    Step("release a better version under generated traffic (canary: expect promotion)", _release_good),
+    Step("release a version that fails 30% of requests (canary: expect rollback)", _release_faulty),
 )
 
 

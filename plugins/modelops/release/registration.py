@@ -23,6 +23,7 @@ def train_reference(params: Mapping[str, Any]) -> str:
         hidden=hidden,
         max_iter=int(params.get("max_iter", 60)),
         variant=str(params.get("variant", "good")),
+        error_rate=float(params.get("error_rate", 0.05)),
     )
     logged = log_trained_model(train(spec), settings().mlflow_uri, owner=str(params.get("owner", "recsys-team")))
     return f"runs:/{logged.run_id}/model"
