@@ -81,9 +81,12 @@ def test_a_registered_version_is_released_and_triton_serves_its_scores(
         expected = onnx_scores(trained.preprocess_onnx, trained.model_onnx, rows).ravel()
         assert np.max(np.abs(served - expected)) <= 1e-5
 
+    # The gate moved it to Staging; as the model's first version (no stable routes yet) the canary
+    # stage then routes it 100% and promotes it.
     info = MlflowRegistry.from_settings().get(model_name, version)
-    assert info.stage == "Staging"
-    assert "challenger" in info.aliases
+    assert info.tags.get("modelops.contract_passed") == "true"
+    assert info.stage == "Production"
+    assert "champion" in info.aliases
     assert info.tags["modelops.triton_version"] == str(triton_version)
     assert info.tags["modelops.sha256"] == published["sha256"]
 
