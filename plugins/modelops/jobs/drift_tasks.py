@@ -88,11 +88,10 @@ def validate_contract(day: str) -> dict[str, Any]:
 def production_versions() -> list[dict[str, Any]]:
     """Every model version in Production that has a Triton version."""
     from modelops.registry.mlflow_registry import MlflowRegistry
-    from modelops.release.steps import registered_model_names
 
     registry = MlflowRegistry.from_settings()
     out = []
-    for name in registered_model_names(registry.client):
+    for name in registry.model_names():
         for info in registry.versions(name, stage="Production"):
             triton_version = info.tags.get("modelops.triton_version")
             if triton_version:
@@ -208,24 +207,14 @@ def publish(day: str, prepared: dict[str, Any]) -> dict[str, Any]:
     prefix = f"{REPORTS_PREFIX}/{model}/v{triton_version}/dt={day}"
     store = ObjectStore.from_settings()
     upload_folder(store, out, prefix)
-    _log_mlflow_artifacts(prepared["run_id"], out, f"drift/dt={day}")
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    MlflowRegistry.from_settings().log_artifacts(prepared["run_id"], out, f"drift/dt={day}")
     report_uri = store.uri(f"{prefix}/drift_report.html")
     if document["drifted"]:
         _notify(model, triton_version, day, document, report_uri)
     return {"model": model, "triton_version": triton_version, "drifted": document["drifted"],
             "top_causes": document["top_causes"], "report": report_uri}
-
-
-def _log_mlflow_artifacts(run_id: str, folder: Path, artifact_path: str) -> None:
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    from modelops.errors import RegistryError
-
-    try:
-        MlflowClient(settings().mlflow_uri).log_artifacts(run_id, str(folder), artifact_path)
-    except MlflowException as exc:
-        raise RegistryError(f"storing the drift report on run {run_id} failed: {exc}") from exc
 
 
 def drift_message(model: str, triton_version: int, day: str, document: dict[str, Any], report_uri: str) -> Any:

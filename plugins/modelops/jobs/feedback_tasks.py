@@ -106,7 +106,7 @@ def log_to_mlflow(day: str, rows: list[dict[str, Any]]) -> list[str]:
             if info.run_id:
                 for key in ("ctr", "cvr"):
                     if row[key] is not None:
-                        registry.client.log_metric(info.run_id, f"online_{key}", float(row[key]), step=step)
+                        registry.log_metric(info.run_id, f"online_{key}", float(row[key]), step=step)
             logged.append(f"{info.name}/{info.version}")
     return logged
 

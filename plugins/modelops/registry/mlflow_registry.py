@@ -147,6 +147,19 @@ class MlflowRegistry:
         )
         return Path(local)
 
+    def model_names(self) -> list[str]:
+        """Every registered model's name, sorted."""
+        found = self._call("list registered models", lambda: self.client.search_registered_models(max_results=1000))
+        return sorted(m.name for m in found)
+
+    def log_artifacts(self, run_id: str, folder: Path, artifact_path: str) -> None:
+        """Upload a local folder into ``runs:/<run_id>/<artifact_path>``."""
+        self._call(f"store artifacts in runs:/{run_id}/{artifact_path}",
+                   lambda: self.client.log_artifacts(run_id, str(folder), artifact_path))
+
+    def log_metric(self, run_id: str, key: str, value: float, *, step: int) -> None:
+        self._call(f"log metric {key} on run {run_id}", lambda: self.client.log_metric(run_id, key, value, step=step))
+
     def run_tags(self, run_id: str) -> dict[str, str]:
         run = self._call(f"get run {run_id}", lambda: self.client.get_run(run_id))
         return dict(run.data.tags)

@@ -100,7 +100,7 @@ def contract_gate(candidate: Mapping[str, str], *, notify: bool = True) -> dict[
         (out / "features_validation.json").write_text(json.dumps(report.to_json_dict(), indent=2, default=str))
         (out / "features_validation.html").write_text(
             render_html(report, title=f"Feature contract: {model} v{version}"))
-        _log_artifacts(run_id, out)
+        registry.log_artifacts(run_id, out, CONTRACT_ARTIFACT_DIR)
     failed = [o.describe() for o in report.failed]
     summary = "passed" if report.success else f"failed ({len(failed)} expectation(s))"
     if not report.success:
@@ -114,18 +114,6 @@ def contract_gate(candidate: Mapping[str, str], *, notify: bool = True) -> dict[
     registry.to_staging(model, version, contract_passed=True, contract_result=summary)
     return {"success": True, "summary": summary, "rows": report.row_count,
             "artifacts": f"runs:/{run_id}/{CONTRACT_ARTIFACT_DIR}"}
-
-
-def _log_artifacts(run_id: str, folder: Path) -> None:
-    from mlflow import MlflowClient
-    from mlflow.exceptions import MlflowException
-
-    from modelops.config import settings
-
-    try:
-        MlflowClient(settings().mlflow_uri).log_artifacts(run_id, str(folder), CONTRACT_ARTIFACT_DIR)
-    except MlflowException as exc:
-        raise RegistryError(f"storing contract results on run {run_id} failed: {exc}") from exc
 
 
 def _notify_contract_failure(model: str, version: str, failed: list[str], run_id: str) -> None:
@@ -157,15 +145,6 @@ def verify(candidate: Mapping[str, str], published: Mapping[str, Any]) -> dict[s
     return asdict(check)
 
 
-def registered_model_names(client: Any) -> list[str]:
-    from mlflow.exceptions import MlflowException
-
-    try:
-        return sorted(m.name for m in client.search_registered_models(max_results=1000))
-    except MlflowException as exc:
-        raise RegistryError(f"listing registered models failed: {exc}") from exc
-
-
 def staging_versions_to_release(models: list[str] | None = None) -> list[dict[str, str]]:
     """Staging versions that no release run has claimed yet, each claimed now for one release.
 
@@ -176,7 +155,7 @@ def staging_versions_to_release(models: list[str] | None = None) -> list[dict[st
     from modelops.registry.mlflow_registry import MlflowRegistry
 
     registry = MlflowRegistry.from_settings()
-    names = models or registered_model_names(registry.client)
+    names = models or registry.model_names()
     confs = []
     for name in names:
         for info in registry.versions(name, stage="Staging"):
