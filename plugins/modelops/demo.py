@@ -6,8 +6,12 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from modelops.config import Settings, settings
+
+if TYPE_CHECKING:
+    from modelops.traffic.runner import BackgroundTraffic
 
 
 @dataclass(frozen=True)
@@ -120,40 +124,15 @@ def _infer(cfg: Settings) -> str:
     return f"{len(scores)} scores from Triton {DEMO_MODEL} v{version}"
 
 
-class _Traffic:
-    """Simulated users against the stack's gateway, in a thread, for the length of a release."""
+def _traffic(cfg: Settings) -> BackgroundTraffic:
+    """Simulated users against the stack's gateway for the length of a release."""
+    from modelops.traffic.runner import BackgroundTraffic
+    from modelops.traffic.simulation import Behaviour, TrafficSpec
 
-    def __init__(self, cfg: Settings, rate: float = 40.0) -> None:
-        import asyncio
-        import threading
-
-        from modelops.traffic.simulation import Behaviour, TrafficSpec
-
-        self.spec = TrafficSpec(model=DEMO_MODEL, rate=rate, max_requests=1_000_000, max_seconds=900.0,
-                                n_users=1000, n_items=1000, items_per_request=(2, 8), id_width=6,
-                                default=Behaviour(0.1, 0.2, 0.1), per_version={}, concurrency=16, seed=5)
-        self.url = cfg.gateway_url
-        self.stop = threading.Event()
-        self.report: object = None
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    async def _main(self) -> None:
-        import asyncio
-
-        from modelops.traffic.runner import run_traffic
-
-        task = asyncio.create_task(run_traffic(self.spec, self.url, progress=lambda line: None))
-        while not self.stop.is_set() and not task.done():
-            await asyncio.sleep(0.2)
-        task.cancel()
-
-    def __enter__(self) -> _Traffic:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
+    spec = TrafficSpec(model=DEMO_MODEL, rate=40.0, max_requests=1_000_000, max_seconds=900.0, n_users=1000,
+                       n_items=1000, items_per_request=(2, 8), id_width=6, default=Behaviour(0.1, 0.2, 0.1),
+                       per_version={}, concurrency=16, seed=5)
+    return BackgroundTraffic(spec, cfg.gateway_url)
 
 
 def _canary_release(cfg: Settings, variant: str, expect: str) -> str:
@@ -167,7 +146,7 @@ def _canary_release(cfg: Settings, variant: str, expect: str) -> str:
     print(f"    registered {DEMO_MODEL} version {version} ({variant}); releasing it with a canary under traffic")
     conf = {"model": DEMO_MODEL, "version": str(version), "canary_steps": "25,50,100", "analysis_interval_s": 5,
             "min_requests": 20}
-    with _Traffic(cfg):
+    with _traffic(cfg):
         release = client.trigger("model_release", conf)
         state = client.wait("model_release", release, timeout_s=900,
                             on_change=lambda s: print(f"    model_release: {s}", flush=True))

@@ -10,10 +10,7 @@ rolls a release back at its next window.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import contextlib
 import json
-import threading
 import time
 import uuid
 from dataclasses import replace
@@ -26,6 +23,7 @@ import requests
 from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
+from modelops.traffic.runner import BackgroundTraffic
 
 pytestmark = pytest.mark.integration
 
@@ -88,36 +86,14 @@ def _serve_stable(cfg: Settings, store: ObjectStore, trained: Any, mlflow_uri: s
     raise AssertionError(f"the gateway never served {model}")
 
 
-class Traffic:
-    """Generated traffic in a background thread until stopped."""
+def Traffic(cfg: Settings, model: str, rate: float = RATE) -> BackgroundTraffic:
+    """Generated traffic in a background thread until the ``with`` block ends."""
+    from modelops.traffic.simulation import Behaviour, TrafficSpec
 
-    def __init__(self, cfg: Settings, model: str, rate: float = RATE) -> None:
-        from modelops.traffic.simulation import Behaviour, TrafficSpec
-
-        self.spec = TrafficSpec(model=model, rate=rate, max_requests=10**7, max_seconds=600.0, n_users=400,
-                                n_items=400, items_per_request=(2, 6), id_width=6, default=Behaviour(0.3, 0.4, 0.2),
-                                per_version={}, concurrency=8, seed=3)
-        self.url = cfg.gateway_url
-        self.stop = threading.Event()
-        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
-
-    async def _main(self) -> None:
-        from modelops.traffic.runner import run_traffic
-
-        task = asyncio.create_task(run_traffic(self.spec, self.url, progress=lambda line: None))
-        while not self.stop.is_set() and not task.done():
-            await asyncio.sleep(0.2)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-    def __enter__(self) -> Traffic:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(timeout=10)
+    spec = TrafficSpec(model=model, rate=rate, max_requests=10**7, max_seconds=600.0, n_users=400,
+                       n_items=400, items_per_request=(2, 6), id_width=6, default=Behaviour(0.3, 0.4, 0.2),
+                       per_version={}, concurrency=8, seed=3)
+    return BackgroundTraffic(spec, cfg.gateway_url)
 
 
 def _release(airflow: AirflowClient, model: str, version: str, **conf: Any) -> str:

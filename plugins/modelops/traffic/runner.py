@@ -9,7 +9,9 @@ answer through its ``feedback_token``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import random
+import threading
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -114,3 +116,29 @@ async def run_traffic(spec: TrafficSpec, url: str, *, progress: Callable[[str], 
     report.seconds = time.monotonic() - started
     progress(report.line())
     return report
+
+
+class BackgroundTraffic:
+    """Run a traffic spec in a background thread for the length of a ``with`` block (a release, a test)."""
+
+    def __init__(self, spec: TrafficSpec, url: str) -> None:
+        self.spec = spec
+        self.url = url
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    async def _main(self) -> None:
+        task = asyncio.create_task(run_traffic(self.spec, self.url, progress=lambda line: None))
+        while not self.stop.is_set() and not task.done():
+            await asyncio.sleep(0.2)
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+    def __enter__(self) -> BackgroundTraffic:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join(timeout=10)
