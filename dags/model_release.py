@@ -7,7 +7,9 @@ version's evaluation sample; results stored on the MLflow run; failure notifies 
 publish (sha256 → integer Triton version, verified upload, load) → verify served scores →
 canary (``canary_to_approval``: a deferrable operator; the triggerer waits out each analysis
 interval) → ``approve_full_rollout`` (Required Actions in the UI; skipped unless
-``require_approval``) → ``canary_finish`` (promotion, or the rest of the release). The
+``require_approval``) → ``canary_finish`` (promotion, or the rest of the release) →
+``retire_previous_stable`` (after a promotion, unloads the replaced version once
+``stable_grace_s`` has passed; until then routing back to it is instant). The
 canary's analysis tables are in the canary tasks' logs; the run's note is the summary.
 Abort / pause / resume a running release with the ``model_release_control`` DAG.
 """
@@ -20,7 +22,13 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
-from modelops.canary.operator import CanaryOperator, ReleaseApproval, extra_param_names
+from modelops.canary.operator import (
+    DEFAULT_STABLE_GRACE_S,
+    CanaryOperator,
+    ReleaseApproval,
+    RetirePreviousStable,
+    extra_param_names,
+)
 from modelops.canary.spec import describe
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", tuple: "array"}
@@ -49,6 +57,9 @@ PARAMS = {
     "analysis_interval_s": Param(30, type="integer", minimum=1, description="Seconds between canary analyses."),
     "min_requests": Param(200, type="integer", minimum=1, description="Requests per version for a conclusive gate."),
     "require_approval": Param(False, type="boolean", description="A person approves before 100%."),
+    "stable_grace_s": Param(DEFAULT_STABLE_GRACE_S, type="integer", minimum=0,
+                            description="Seconds the previous stable version stays loaded after a promotion "
+                                        "(instant rollback), then it is unloaded."),
     **_canary_threshold_params(),
 }
 
@@ -110,7 +121,8 @@ def model_release() -> None:
     )
     done = CanaryOperator(task_id="canary_finish", candidate=candidate, published=published, stage="finish",
                           trigger_rule="none_failed", **resumable)
-    verified >> canary >> approval >> done
+    retire = RetirePreviousStable(task_id="retire_previous_stable")
+    verified >> canary >> approval >> done >> retire
 
 
 model_release()

@@ -31,7 +31,8 @@ def test_the_canary_follows_verify_served_with_approval_between_its_two_tasks(da
     assert graph["verify_served"] == ["canary_to_approval"]
     assert graph["canary_to_approval"] == ["approve_full_rollout"]
     assert graph["approve_full_rollout"] == ["canary_finish"]
-    assert graph["canary_finish"] == []
+    assert graph["canary_finish"] == ["retire_previous_stable"]
+    assert graph["retire_previous_stable"] == []
     assert isinstance(dag.get_task("approve_full_rollout"), ApprovalOperator)
     # Skipped approval (no approval asked) must not skip the end of the release.
     assert dag.get_task("canary_finish").trigger_rule == "none_failed"
@@ -48,6 +49,29 @@ def test_every_canary_threshold_is_a_documented_release_param(dags) -> None:  # 
     for param, name in extra_param_names().items():
         assert params[param] == (list(fields[name][0]) if isinstance(fields[name][0], tuple) else fields[name][0])
         assert params.get_param(param).description == fields[name][1] != ""
+
+
+def test_the_previous_stable_is_retired_after_a_documented_grace_period(dags) -> None:  # type: ignore[no-untyped-def]
+    from modelops.canary.operator import DEFAULT_STABLE_GRACE_S, RetirePreviousStable
+
+    dag = dags["model_release"]
+    assert isinstance(dag.get_task("retire_previous_stable"), RetirePreviousStable)
+    assert dag.params["stable_grace_s"] == DEFAULT_STABLE_GRACE_S > 0
+    assert "loaded" in dag.params.get_param("stable_grace_s").description
+
+
+def test_routed_versions_are_the_stable_and_the_canary() -> None:
+    from modelops.canary.operator import routed_versions
+    from modelops.gateway.routes import Routes, VersionRef
+
+    def routes(canary: VersionRef | None) -> Routes:
+        return Routes(model="m", revision=3, stable=VersionRef(4, "a" * 64), canary=canary,
+                      canary_weight=0.25 if canary else 0.0, updated_at="2026-11-29T00:00:00+00:00",
+                      updated_by="t")
+
+    assert routed_versions(None) == set()
+    assert routed_versions(routes(None)) == {4}
+    assert routed_versions(routes(VersionRef(7, "b" * 64))) == {4, 7}
 
 
 def test_control_form_offers_abort_pause_resume(dags) -> None:  # type: ignore[no-untyped-def]

@@ -136,15 +136,16 @@ def test_a_good_version_is_promoted_through_every_step(
     add_commands(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["release", "start", "--model", model, "--version", version, "--steps", "25,50,100",
                               "--interval-s", str(CANARY["analysis_interval_s"]), "--min-requests",
-                              str(CANARY["min_requests"]), "--timeout-s", "230"])
+                              str(CANARY["min_requests"]), "--grace-s", "4", "--timeout-s", "230"])
     capsys.readouterr()
     with Traffic(stack_settings, model):
         code = args.func(args)
     printed = capsys.readouterr().out
     run_id = printed.split("model_release run ", 1)[1].split()[0]
+    assert code == 0, (printed, _states(airflow, run_id))
+    # The CLI returns at the promotion; the run ends once the previous stable is retired (4 s grace).
+    assert airflow.wait("model_release", run_id, timeout_s=120) == "success", _states(airflow, run_id)
     states = _states(airflow, run_id)
-    assert code == 0, (printed, states)
-    assert airflow.run_state("model_release", run_id) == "success"
     # Live progress: the weight of each step, then the end, then the run's note.
     assert "progressing at 25%" in printed and "promoted at 100%" in printed, printed
     note = _note(airflow, run_id)
@@ -163,6 +164,13 @@ def test_a_good_version_is_promoted_through_every_step(
     new, old = registry.get(model, version), registry.get(model, stable["version"])
     assert new.stage == "Production" and "champion" in new.aliases
     assert old.stage == "Archived" and "champion" not in old.aliases
+    # The previous stable was kept for the grace period, then unloaded; the new one serves.
+    from modelops.serving.api import served_versions
+
+    retired = airflow.xcom("model_release", run_id, "retire_previous_stable")
+    assert retired == {"model": model, "version": stable["triton_version"], "unloaded": True,
+                       "served": [canary_tv]}, retired
+    assert served_versions(model) == [canary_tv]
 
 
 def test_a_version_that_fails_requests_is_rolled_back_with_its_mttr(

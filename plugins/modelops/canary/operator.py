@@ -14,6 +14,10 @@ With ``stage="to_approval"`` the operator also returns when the release waits fo
 approval at its last analysed step; :class:`ReleaseApproval` (the standard provider's
 ``ApprovalOperator``) asks a person, and ``stage="finish"`` applies the approval and
 takes the release to its end.
+
+After a promotion :class:`RetirePreviousStable` keeps the previous stable version loaded
+in Triton for the ``stable_grace_s`` param (routes can be flipped back to it at once),
+waiting in the triggerer, then unloads it unless the routes serve it again.
 """
 
 from __future__ import annotations
@@ -40,6 +44,8 @@ from modelops.errors import ConfigError, ContractError
 GATEWAY_URLS: tuple[str, ...] | None = None
 CONTROL_ACTIONS = ("abort", "pause", "resume")
 NOTE_LIMIT = 1000  # Airflow's DagRun.note max length
+#: Seconds the previous stable version stays loaded after a promotion (``stable_grace_s`` param).
+DEFAULT_STABLE_GRACE_S = 600
 #: DAG params read by :func:`spec_from_params` besides the four main ones: ``canary_<field>``.
 MAIN_PARAMS = {"canary_steps": "steps", "analysis_interval_s": "interval_s", "min_requests": "min_requests",
                "require_approval": "require_approval"}
@@ -172,7 +178,8 @@ def summary_dict(status: CanaryStatus) -> dict[str, Any]:
 
     return {"model": status.model, "stable_version": status.stable_version, "canary_version": status.canary_version,
             "phase": status.phase.value, "weight": status.weight, "reason": status.reason, "mttr_s": status.mttr_s,
-            "analyses": status.analyses, "failed_checks": status.failed_checks, "summary": summary(status)}
+            "analyses": status.analyses, "failed_checks": status.failed_checks, "ended_at": status.updated_at,
+            "summary": summary(status)}
 
 
 def set_run_note(dag_id: str, run_id: str, note: str) -> None:
@@ -378,3 +385,63 @@ class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
             status = wiring.runner.handle(AbortCommand("approve_full_rollout", "rejected at approval"))
             finish(context, status, self.log)
         raise AirflowFailException("release rejected at approval")
+
+
+# ------------------------------------------------------------------ after a promotion
+def routed_versions(routes: Any) -> set[int]:
+    """The Triton versions a routes document sends traffic to (stable, and the canary if any)."""
+    if routes is None:
+        return set()
+    versions = {int(routes.stable.version)}
+    if routes.canary is not None:
+        versions.add(int(routes.canary.version))
+    return versions
+
+
+class RetirePreviousStable(BaseOperator):
+    """Unloads the version a promotion replaced, after a grace period spent in the triggerer.
+
+    Skipped unless ``canary_finish`` promoted a canary over a stable version. During the
+    grace period the previous stable stays loaded, so routing back to it is instant; at
+    its end the version is unloaded unless the routes send traffic to it again.
+    """
+
+    ui_color = "#e8f4ea"
+
+    def __init__(self, *, finish_task_id: str = "canary_finish", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.finish_task_id = finish_task_id
+
+    def execute(self, context: Any) -> dict[str, Any]:
+        result = context["ti"].xcom_pull(task_ids=self.finish_task_id) or {}
+        if result.get("phase") != Phase.PROMOTED.value or not result.get("stable_version"):
+            raise AirflowSkipException(f"nothing to retire (release {result.get('phase', 'n/a')}, "
+                                       f"previous stable {result.get('stable_version') or 'none'})")
+        grace_s = float(context["params"].get("stable_grace_s", DEFAULT_STABLE_GRACE_S))
+        due = float(result.get("ended_at") or time.time()) + grace_s
+        self.log.info("%s v%s stays loaded for %.0f s after the promotion of v%s (instant rollback), then is "
+                      "unloaded", result["model"], result["stable_version"], grace_s, result["canary_version"])
+        if due > time.time():
+            self.defer(trigger=CanaryIntervalTrigger(due, str(result["model"]), int(result["stable_version"]),
+                                                     what="unload (grace period over)"),
+                       method_name="retire", kwargs={"result": result})
+        return self.retire(context, result=result)
+
+    def retire(self, context: Any, event: Mapping[str, Any] | None = None,
+               result: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        from modelops.config import settings
+        from modelops.gateway.routes import load_routes, routes_key
+        from modelops.objectstore import ObjectStore
+        from modelops.serving.api import unload_version
+
+        assert result is not None
+        model, previous = str(result["model"]), int(result["stable_version"])
+        store = ObjectStore.from_settings(settings())
+        key = routes_key(model)
+        routed = routed_versions(load_routes(store.get_bytes(key)) if store.exists(key) else None)
+        if previous in routed:
+            self.log.info("%s v%d is routed again (%s): kept loaded", model, previous, sorted(routed))
+            return {"model": model, "version": previous, "unloaded": False, "served": None}
+        served = unload_version(model, previous)
+        self.log.info("%s v%d unloaded after the grace period; Triton serves %s", model, previous, served)
+        return {"model": model, "version": previous, "unloaded": True, "served": served}

@@ -21,21 +21,23 @@ class CanaryIntervalTrigger(BaseTrigger):
         due: the end of the analysis window, in epoch seconds.
         model: the released model (for the triggerer's log only).
         canary_version: the canary's Triton version (for the log only).
+        what: what happens when it fires (for the log only).
     """
 
-    def __init__(self, due: float, model: str = "", canary_version: int = 0) -> None:
+    def __init__(self, due: float, model: str = "", canary_version: int = 0, what: str = "next analysis") -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.due = float(due)
         self.model = model
         self.canary_version = int(canary_version)
+        self.what = what
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("modelops.canary.trigger.CanaryIntervalTrigger",
-                {"due": self.due, "model": self.model, "canary_version": self.canary_version})
+                {"due": self.due, "model": self.model, "canary_version": self.canary_version, "what": self.what})
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         remaining = self.due - time.time()
-        self.log.info("canary %s v%s: next analysis in %.1f s", self.model, self.canary_version, max(remaining, 0))
+        self.log.info("%s v%s: %s in %.1f s", self.model, self.canary_version, self.what, max(remaining, 0))
         while remaining > 0:
             await asyncio.sleep(min(remaining, 10.0))
             remaining = self.due - time.time()

@@ -24,6 +24,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     start.add_argument("--min-requests", type=int, default=0, help="requests per version for a conclusive gate")
     start.add_argument("--approve", action="store_true",
                        help="require a person's approval before 100%% (Required Actions in the Airflow UI)")
+    start.add_argument("--grace-s", type=int, default=-1,
+                       help="seconds the previous stable version stays loaded after a promotion "
+                            "(default: the DAG's stable_grace_s)")
     start.add_argument("--timeout-s", type=float, default=3600.0, help="stop following after this long")
     start.add_argument("--no-follow", action="store_true", help="print the run id and return")
     start.set_defaults(func=_start)
@@ -84,6 +87,8 @@ def _start(args: argparse.Namespace) -> int:
         conf["analysis_interval_s"] = args.interval_s
     if args.min_requests:
         conf["min_requests"] = args.min_requests
+    if args.grace_s >= 0:
+        conf["stable_grace_s"] = args.grace_s
     run_id = client.trigger("model_release", conf, run_id=f"cli-{uuid.uuid4().hex[:8]}")
     print(f"model_release run {run_id} started")
     if args.no_follow:
@@ -105,6 +110,11 @@ def _start(args: argparse.Namespace) -> int:
             last = line
         if state in TERMINAL_STATES:
             break
+        if "promoted at" in line and _task_state(client, run_id, "canary_finish") == "success":
+            print("promoted; the previous stable version stays loaded for the grace period (task "
+                  "retire_previous_stable), then is unloaded")
+            state = "success"
+            break
         time.sleep(2.0)
     else:
         print(f"still {state} after {args.timeout_s:.0f} s; follow it in the Airflow UI (run {run_id})")
@@ -113,6 +123,11 @@ def _start(args: argparse.Namespace) -> int:
     if note:
         print(note)
     return 0 if state == "success" else 1
+
+
+def _task_state(client: Any, run_id: str, task_id: str) -> str | None:
+    states = {t["task_id"]: t.get("state") for t in client.task_instances("model_release", run_id)}
+    return states.get(task_id)
 
 
 def _canary_version(client: Any, run_id: str) -> int | None:
