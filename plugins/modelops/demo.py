@@ -145,7 +145,7 @@ def _canary_release(cfg: Settings, variant: str, expect: str) -> str:
     version = client.xcom("train_and_register", run_id, "register")["version"]
     print(f"    registered {DEMO_MODEL} version {version} ({variant}); releasing it with a canary under traffic")
     conf = {"model": DEMO_MODEL, "version": str(version), "canary_steps": "25,50,100", "analysis_interval_s": 5,
-            "min_requests": 20}
+            "min_requests": 20, "stable_grace_s": 5}
     with _traffic(cfg):
         release = client.trigger("model_release", conf)
         state = client.wait("model_release", release, timeout_s=900,

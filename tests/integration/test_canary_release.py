@@ -28,7 +28,7 @@ from modelops.traffic.runner import BackgroundTraffic
 pytestmark = pytest.mark.integration
 
 RATE = 40.0  # req/s: what two busy cores sustain beside the stack
-CANARY = {"canary_steps": "25,50,100", "analysis_interval_s": 5, "min_requests": 20}
+CANARY = {"canary_steps": "25,50,100", "analysis_interval_s": 5, "min_requests": 20, "stable_grace_s": 4}
 
 
 @pytest.fixture(scope="module")
