@@ -99,6 +99,14 @@ def _optional_url(raw: str) -> str:
     return raw
 
 
+def _url_list(raw: str) -> tuple[str, ...]:
+    urls = tuple(u.strip().rstrip("/") for u in raw.split(",") if u.strip())
+    bad = [u for u in urls if not re.match(r"^https?://[^/\s]+", u)]
+    if bad:
+        raise ValueError(f"must be comma-separated http(s) URLs; not a URL: {bad[0]!r}")
+    return urls
+
+
 @dataclass(frozen=True)
 class Setting:
     """One configuration variable: name, parser, default (as text) and a one-line doc."""
@@ -182,6 +190,16 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds `stack up` waits for one service to become healthy."),
     Setting("sample_share", "MODELOPS_SCORED_SAMPLE_SHARE", _fraction, "1.0",
             "Share of requests whose scored items (with features) are logged."),
+    Setting("gateway_urls", "MODELOPS_GATEWAY_URLS", _url_list, "",
+            "Comma-separated base URLs of every gateway replica: the canary waits for each to apply new "
+            "routes and scrapes each one's metrics. Empty: the embedded gateway.",
+            example="http://gateway-1:8400,http://gateway-2:8400"),
+    Setting("canary_metrics", "MODELOPS_CANARY_METRICS", _choice("scrape", "prometheus"), "scrape",
+            "Where the canary reads its per-version metrics: scrape the gateways' and Triton's /metrics "
+            "(differenced over the window), or PromQL against MODELOPS_PROMETHEUS_URL."),
+    Setting("prometheus_url", "MODELOPS_PROMETHEUS_URL", _optional_url, "",
+            "Prometheus HTTP API base URL (required when MODELOPS_CANARY_METRICS=prometheus).",
+            example="http://prometheus:9090"),
 )
 
 
@@ -222,6 +240,9 @@ class Settings:
     feedback_secret: str
     startup_timeout_s: float
     sample_share: float
+    gateway_urls: tuple[str, ...]
+    canary_metrics: str
+    prometheus_url: str
 
     # Derived values: the embedded defaults unless an explicit URL was configured.
     @property
@@ -238,7 +259,11 @@ class Settings:
 
     @property
     def triton_metrics_url(self) -> str:
-        return f"http://{self.bind_host}:{self.triton_metrics_port}/metrics"
+        """Triton's Prometheus metrics: the host of MODELOPS_TRITON_URL (or the bind host), the metrics port."""
+        host = self.bind_host
+        if self.triton_url:
+            host = re.sub(r"^[a-z][a-z0-9+.\-]*://", "", self.triton_url).split("/", 1)[0].rsplit(":", 1)[0]
+        return f"http://{host}:{self.triton_metrics_port}/metrics"
 
     @property
     def airflow_api_url(self) -> str:
@@ -247,6 +272,11 @@ class Settings:
     @property
     def gateway_url(self) -> str:
         return f"http://{self.bind_host}:{self.gateway_port}"
+
+    @property
+    def gateway_url_list(self) -> tuple[str, ...]:
+        """Every gateway replica (MODELOPS_GATEWAY_URLS), or the embedded one."""
+        return self.gateway_urls or (self.gateway_url,)
 
     @property
     def notify_url_list(self) -> list[str]:
@@ -278,6 +308,9 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     _check_distinct_ports(values, problems)
+    if values["canary_metrics"] == "prometheus" and not values["prometheus_url"]:
+        problems.append("MODELOPS_PROMETHEUS_URL='': required when MODELOPS_CANARY_METRICS=prometheus "
+                        "(example: MODELOPS_PROMETHEUS_URL=http://prometheus:9090)")
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return Settings(**values)

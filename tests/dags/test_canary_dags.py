@@ -117,6 +117,30 @@ def test_the_interval_trigger_round_trips_and_fires_after_its_due_time() -> None
     assert event.payload["due"] == due and event.payload["fired_at"] >= due
 
 
+def test_a_canary_trigger_closes_the_window_when_it_fires_and_the_marker_measures_it() -> None:
+    """The closing marker is taken in the triggerer at the due time; here no gateway answers (port 9)."""
+    from modelops.canary.operator import measure_between, metrics_source
+    from modelops.canary.trigger import CanaryIntervalTrigger
+    from modelops.config import settings
+
+    urls = ["http://127.0.0.1:9"]
+    opened = metrics_source(settings(), urls).open_window("m", time.time())
+    due = time.time() + 0.3
+    _, kwargs = CanaryIntervalTrigger(due, "m", 4, gateway_urls=urls).serialize()
+    trigger = CanaryIntervalTrigger(**json.loads(json.dumps(kwargs)))
+
+    async def first() -> Any:
+        async for event in trigger.run():
+            return event
+        return None
+
+    closed = asyncio.run(first()).payload["closed"]
+    assert closed["at"] >= due and closed["targets"]["http://127.0.0.1:9/metrics"] is None
+    m = measure_between(metrics_source(settings(), urls), "m", 3, 4, opened, closed)
+    assert (m.window_start, m.window_end) == (opened["at"], closed["at"])
+    assert "http://127.0.0.1:9/metrics" in m.unreachable  # so the analysis is inconclusive, never passed
+
+
 class _Blobs:
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}

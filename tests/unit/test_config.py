@@ -103,3 +103,16 @@ def test_two_services_on_one_port_are_refused() -> None:
 def test_readme_configuration_table_is_generated_from_config() -> None:
     readme = (PROJECT_ROOT / "README.md").read_text()
     assert markdown_table() in readme, "README config table is stale: run `modelops config --markdown`"
+
+
+def test_gateway_replicas_and_the_canary_metrics_source() -> None:
+    default = load_settings({})
+    assert default.gateway_url_list == (default.gateway_url,) and default.canary_metrics == "scrape"
+    cfg = load_settings({"MODELOPS_GATEWAY_URLS": " http://g1:8400/, http://g2:8400 ",
+                         "MODELOPS_CANARY_METRICS": "prometheus", "MODELOPS_PROMETHEUS_URL": "http://p:9090"})
+    assert cfg.gateway_url_list == ("http://g1:8400", "http://g2:8400")
+    assert (cfg.canary_metrics, cfg.prometheus_url) == ("prometheus", "http://p:9090")
+    with pytest.raises(ConfigError, match=r"MODELOPS_GATEWAY_URLS='g1:8400': .*not a URL.*example"):
+        load_settings({"MODELOPS_GATEWAY_URLS": "g1:8400"})
+    with pytest.raises(ConfigError, match=r"MODELOPS_PROMETHEUS_URL='': required when .*example"):
+        load_settings({"MODELOPS_CANARY_METRICS": "prometheus"})

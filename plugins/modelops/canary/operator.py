@@ -40,8 +40,6 @@ from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
 from modelops.errors import ConfigError, ContractError
 
-#: Gateways whose routes and metrics the canary reads (None: the embedded stack's one gateway).
-GATEWAY_URLS: tuple[str, ...] | None = None
 CONTROL_ACTIONS = ("abort", "pause", "resume")
 NOTE_LIMIT = 1000  # Airflow's DagRun.note max length
 #: Seconds the previous stable version stays loaded after a promotion (``stable_grace_s`` param).
@@ -116,6 +114,7 @@ class Wiring:
     model: str
     canary_version: int
     source: Any
+    gateway_urls: tuple[str, ...] = ()
 
 
 def _stable_mlflow_version(model: str, triton_version: int) -> str:
@@ -143,7 +142,6 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
         TritonServing,
         checkpoint_key,
     )
-    from modelops.canary.sources import ScrapeSource
     from modelops.config import settings
     from modelops.gateway.routes import load_routes, routes_key
     from modelops.notify.apprise_notifier import default_notifier
@@ -151,25 +149,45 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
     from modelops.registry.mlflow_registry import MlflowRegistry
 
     cfg = settings()
-    urls = tuple(gateway_urls or GATEWAY_URLS or (cfg.gateway_url,))
+    urls = tuple(gateway_urls or cfg.gateway_url_list)
     store = ObjectStore.from_settings(cfg)
     model = str(published["model"])
     canary = VersionRef(int(published["triton_version"]), str(published["sha256"]), str(candidate["version"]))
-    source = ScrapeSource([f"{u.rstrip('/')}/metrics" for u in urls], cfg.triton_metrics_url)
+    source = metrics_source(cfg, urls)
     if release_dict is not None:
         release = Release.from_dict(release_dict)
     else:
         key = routes_key(model)
         current = load_routes(store.get_bytes(key)) if store.exists(key) else None
         if current is None or current.stable.version == canary.triton_version:
-            return Wiring(None, store, model, canary.triton_version, source)
+            return Wiring(None, store, model, canary.triton_version, source, urls)
         stable = VersionRef(current.stable.version, current.stable.sha256,
                             _stable_mlflow_version(model, current.stable.version))
         release = Release(model, stable, canary, released_by=str(candidate.get("started_by") or "modelops"))
     runner = Runner(spec=spec, release=release, routes=ObjectStoreRoutes(store, urls), serving=TritonServing(cfg),
                     registry=MlflowRegistryPort(MlflowRegistry.from_settings(cfg)), notifier=default_notifier(),
                     store=ObjectStoreStatusStore(store, checkpoint_key(model, release.canary.triton_version)))
-    return Wiring(runner, store, model, release.canary.triton_version, source)
+    return Wiring(runner, store, model, release.canary.triton_version, source, urls)
+
+
+def metrics_source(cfg: Any, gateway_urls: Sequence[str]) -> Any:
+    """The configured metrics source: scrape (embedded stack) or the Prometheus HTTP API."""
+    from modelops.canary.sources import PrometheusSource, ScrapeSource
+
+    if cfg.canary_metrics == "prometheus":
+        return PrometheusSource(cfg.prometheus_url)
+    return ScrapeSource([f"{u.rstrip('/')}/metrics" for u in gateway_urls], cfg.triton_metrics_url)
+
+
+def measure_between(source: Any, model: str, stable_version: int, canary_version: int,
+                    opened: Mapping[str, Any], closed: Mapping[str, Any]) -> Any:
+    """Canary vs stable between two markers of the same source (``open_window`` results)."""
+    from modelops.canary.sources import ScrapeSource, Snapshot, measure_snapshots
+
+    if isinstance(source, ScrapeSource):
+        return measure_snapshots(Snapshot.from_dict(opened), Snapshot.from_dict(closed), model, stable_version,
+                                 canary_version, source.triton_url)
+    return source.measure(model, stable_version, canary_version, opened, float(closed["at"]))
 
 
 def summary_dict(status: CanaryStatus) -> dict[str, Any]:
@@ -197,7 +215,7 @@ class CanaryOperator(BaseOperator):
         candidate: the ``resolve_candidate`` result (model, MLflow version, started_by).
         published: the ``publish`` result (model, triton_version, sha256).
         stage: ``"to_approval"`` returns at ``waiting_approval``; ``"finish"`` approves first.
-        gateway_urls: gateways to route and scrape (default :data:`GATEWAY_URLS` or the stack's one).
+        gateway_urls: gateways to route and scrape (default: ``MODELOPS_GATEWAY_URLS`` or the stack's one).
     """
 
     template_fields = ("candidate", "published")
@@ -255,10 +273,16 @@ class CanaryOperator(BaseOperator):
                                        "release (no stable version to compare with)")
         runner = wiring.runner
         r = runner.release
-        # The window ends now: measure before anything else touches the clock.
-        m = None if opened is None else wiring.source.measure(wiring.model, r.stable.triton_version,
-                                                               r.canary.triton_version, opened, time.time())
-        self.log.info("window measured %.1f s after the trigger fired",
+        closed = (event or {}).get("closed")
+        m = None
+        if opened is not None and closed is not None:  # closed on time by the trigger
+            m = measure_between(wiring.source, wiring.model, r.stable.triton_version, r.canary.triton_version,
+                                opened, closed)
+        elif opened is not None:  # the window ends now: measure before anything else touches the clock
+            m = wiring.source.measure(wiring.model, r.stable.triton_version, r.canary.triton_version, opened,
+                                      time.time())
+        self.log.info("window [%s] analysed %.1f s after the trigger fired",
+                      "closed by the trigger" if closed is not None else "closed by the worker",
                       now - float((event or {}).get("fired_at", now)))
         status = runner.resume()
         status = self._apply_control(wiring, status)
@@ -272,7 +296,7 @@ class CanaryOperator(BaseOperator):
             self.log.info("canary %s v%d: %s at %.0f%% (%d analyses, %d failed)", wiring.model,
                           wiring.canary_version, status.phase.value, status.weight * 100, status.analyses,
                           status.failed_checks)
-        return self._next(context, wiring, status)
+        return self._next(context, wiring, status, opened=closed)
 
     # ---------------------------------------------------------------- internals
     def _approve(self, context: Any, runner: Runner, status: CanaryStatus) -> CanaryStatus:
@@ -295,7 +319,9 @@ class CanaryOperator(BaseOperator):
         self.log.info("control request: %s", request)
         return wiring.runner.handle(command_of(request))
 
-    def _next(self, context: Any, wiring: Wiring, status: CanaryStatus) -> dict[str, Any]:
+    def _next(self, context: Any, wiring: Wiring, status: CanaryStatus,
+              opened: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """End, return for approval, or defer to the next window (opened by ``opened`` when contiguous)."""
         if status.phase.terminal:
             return self._finish(context, status)
         if status.phase is Phase.WAITING_APPROVAL and self.stage == "to_approval":
@@ -303,10 +329,12 @@ class CanaryOperator(BaseOperator):
                           status.weight * 100)
             return summary_dict(status)
         spec = spec_from_params(context["params"])
-        now = time.time()
-        opened = wiring.source.open_window(wiring.model, now)
+        if opened is None:
+            opened = wiring.source.open_window(wiring.model, time.time())
         release = wiring.runner.release.to_dict() if wiring.runner is not None else None
-        self.defer(trigger=CanaryIntervalTrigger(now + spec.interval_s, wiring.model, wiring.canary_version),
+        urls = list(self.gateway_urls or wiring.gateway_urls)
+        self.defer(trigger=CanaryIntervalTrigger(float(opened["at"]) + spec.interval_s, wiring.model,
+                                                 wiring.canary_version, gateway_urls=urls),
                    method_name="execute_window", kwargs={"opened": opened, "release": release})
 
     def _finish(self, context: Any, status: CanaryStatus) -> dict[str, Any]:
@@ -324,7 +352,7 @@ class CanaryOperator(BaseOperator):
                          str(self.candidate["version"]))
         current = load_routes(wiring.store.get_bytes(key)) if wiring.store.exists(key) else None
         if current is None:
-            urls = tuple(self.gateway_urls or GATEWAY_URLS or (settings().gateway_url,))
+            urls = tuple(self.gateway_urls or settings().gateway_url_list)
             ObjectStoreRoutes(wiring.store, urls).apply(wiring.model, ref, None, 0.0, "modelops")
             note = f"{wiring.model} v{ref.triton_version}: first release, routed 100% (no stable version to compare)"
         else:

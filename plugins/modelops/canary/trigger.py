@@ -2,6 +2,12 @@
 
 The trigger waits until an absolute moment (epoch seconds), so a restarted triggerer
 re-created from the serialised kwargs waits only for what is left of the window.
+
+For a canary window (``gateway_urls`` given) the trigger also takes the metrics marker
+that closes the window (a scrape of every gateway and Triton, or the moment for
+Prometheus) when it fires, and puts it in the event: the window ends on time whatever
+the worker's start-up delay, and the same marker opens the next window, so windows are
+contiguous and no traffic goes unmeasured between them.
 """
 
 from __future__ import annotations
@@ -24,16 +30,33 @@ class CanaryIntervalTrigger(BaseTrigger):
         what: what happens when it fires (for the log only).
     """
 
-    def __init__(self, due: float, model: str = "", canary_version: int = 0, what: str = "next analysis") -> None:
+    def __init__(self, due: float, model: str = "", canary_version: int = 0, what: str = "next analysis",
+                 gateway_urls: list[str] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.due = float(due)
         self.model = model
         self.canary_version = int(canary_version)
         self.what = what
+        self.gateway_urls = None if gateway_urls is None else list(gateway_urls)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("modelops.canary.trigger.CanaryIntervalTrigger",
-                {"due": self.due, "model": self.model, "canary_version": self.canary_version, "what": self.what})
+                {"due": self.due, "model": self.model, "canary_version": self.canary_version, "what": self.what,
+                 "gateway_urls": self.gateway_urls})
+
+    def close_window(self) -> dict[str, Any] | None:
+        """The marker that closes the window now (None if it cannot be taken: the worker measures then)."""
+        from modelops.canary.operator import metrics_source
+        from modelops.config import settings
+
+        try:
+            cfg = settings()
+            source = metrics_source(cfg, self.gateway_urls or cfg.gateway_url_list)
+            marker: dict[str, Any] = source.open_window(self.model, time.time())
+            return marker
+        except Exception as exc:  # a marker is an optimisation; the worker measures without one
+            self.log.warning("canary %s: could not close the window in the triggerer: %s", self.model, exc)
+            return None
 
     async def run(self) -> AsyncIterator[TriggerEvent]:
         remaining = self.due - time.time()
@@ -41,4 +64,6 @@ class CanaryIntervalTrigger(BaseTrigger):
         while remaining > 0:
             await asyncio.sleep(min(remaining, 10.0))
             remaining = self.due - time.time()
-        yield TriggerEvent({"due": self.due, "fired_at": time.time()})  # type: ignore[no-untyped-call]
+        fired_at = time.time()
+        closed = None if self.gateway_urls is None else await asyncio.to_thread(self.close_window)
+        yield TriggerEvent({"due": self.due, "fired_at": fired_at, "closed": closed})  # type: ignore[no-untyped-call]
