@@ -29,7 +29,7 @@ from modelops.canary.operator import (
     RetirePreviousStable,
     extra_param_names,
 )
-from modelops.canary.spec import describe
+from modelops.canary.spec import CanarySpec, describe
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", tuple: "array"}
 
@@ -45,6 +45,7 @@ def _canary_threshold_params() -> dict[str, Param]:
     return params
 
 
+_SPEC = CanarySpec()  # the documented defaults
 PARAMS = {
     "model": Param("recommender", type="string", minLength=1, maxLength=64, description="Registered model name."),
     "version": Param("challenger", type="string",
@@ -53,10 +54,12 @@ PARAMS = {
     "started_by": Param("airflow-ui", type="string", description="Who started the release (recorded as a tag)."),
     "claim_id": Param("", type="string", description="Set by release_on_staging; leave empty."),
     # Canary options (read by the canary stage of the release).
-    "canary_steps": Param("1,5,25,50,100", type="string", description="Canary weights in percent, in order."),
-    "analysis_interval_s": Param(30, type="integer", minimum=1, description="Seconds between canary analyses."),
-    "min_requests": Param(200, type="integer", minimum=1, description="Requests per version for a conclusive gate."),
-    "require_approval": Param(False, type="boolean", description="A person approves before 100%."),
+    "canary_steps": Param(",".join(f"{w * 100:g}" for w in _SPEC.steps), type="string",
+                          description="Canary weights in percent, in order; the last is 100 (promotion)."),
+    "analysis_interval_s": Param(int(_SPEC.interval_s), type="integer", minimum=1,
+                                 description=describe()["interval_s"][1]),
+    "min_requests": Param(_SPEC.min_requests, type="integer", minimum=1, description=describe()["min_requests"][1]),
+    "require_approval": Param(_SPEC.require_approval, type="boolean", description=describe()["require_approval"][1]),
     "stable_grace_s": Param(DEFAULT_STABLE_GRACE_S, type="integer", minimum=0,
                             description="Seconds the previous stable version stays loaded after a promotion "
                                         "(instant rollback), then it is unloaded."),

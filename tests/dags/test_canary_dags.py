@@ -74,6 +74,14 @@ def test_routed_versions_are_the_stable_and_the_canary() -> None:
     assert routed_versions(routes(VersionRef(7, "b" * 64))) == {4, 7}
 
 
+def test_the_form_defaults_are_the_spec_defaults(dags) -> None:  # type: ignore[no-untyped-def]
+    from modelops.canary.operator import spec_from_params
+    from modelops.canary.spec import CanarySpec
+
+    params = dags["model_release"].params
+    assert spec_from_params({k: params[k] for k in params}) == CanarySpec()
+
+
 def test_control_form_offers_abort_pause_resume(dags) -> None:  # type: ignore[no-untyped-def]
     params = dags["model_release_control"].params
     assert params.get_param("action").schema["enum"] == ["abort", "pause", "resume"]
