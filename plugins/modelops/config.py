@@ -123,6 +123,12 @@ class Setting:
     def example_value(self) -> str:
         return self.example or self.default or "<value>"
 
+    def render(self, value: Any) -> str:
+        """A parsed value as environment text that :attr:`parse` reads back (for child processes)."""
+        if isinstance(value, tuple):
+            return ",".join(str(v) for v in value)
+        return str(value)
+
 
 SETTINGS: tuple[Setting, ...] = (
     Setting("home", "MODELOPS_HOME", _path, ".modelops",

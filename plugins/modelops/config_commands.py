@@ -14,7 +14,7 @@ def _run(args: argparse.Namespace) -> int:
     current = load_settings()
     for setting in SETTINGS:
         value = getattr(current, setting.attr)
-        shown = "<hidden>" if setting.secret and value else value
+        shown = "<hidden>" if setting.secret and value else setting.render(value)
         print(f"{setting.env:36} {shown}")
     return 0
 

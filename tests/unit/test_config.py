@@ -116,3 +116,13 @@ def test_gateway_replicas_and_the_canary_metrics_source() -> None:
         load_settings({"MODELOPS_GATEWAY_URLS": "g1:8400"})
     with pytest.raises(ConfigError, match=r"MODELOPS_PROMETHEUS_URL='': required when .*example"):
         load_settings({"MODELOPS_CANARY_METRICS": "prometheus"})
+
+
+def test_every_setting_renders_to_text_that_parses_back() -> None:
+    """What the stack hands its child processes reads back as the same settings."""
+    cfg = load_settings({"MODELOPS_GATEWAY_URLS": "http://g1:8400,http://g2:8400"})
+    rendered = {s.env: s.render(getattr(cfg, s.attr)) for s in SETTINGS}
+    assert rendered["MODELOPS_GATEWAY_URLS"] == "http://g1:8400,http://g2:8400"
+    assert load_settings(rendered) == cfg
+    empty = load_settings({})
+    assert load_settings({s.env: s.render(getattr(empty, s.attr)) for s in SETTINGS}) == empty

@@ -69,7 +69,7 @@ def feedback_secret(cfg: Settings) -> str:
 
 def modelops_env(cfg: Settings) -> dict[str, str]:
     """The MODELOPS_* settings as environment, so every child process sees the same config."""
-    env = {s.env: str(getattr(cfg, s.attr)) for s in SETTINGS}
+    env = {s.env: s.render(getattr(cfg, s.attr)) for s in SETTINGS}
     env["MODELOPS_FEEDBACK_SECRET"] = feedback_secret(cfg)
     env["MODELOPS_AIRFLOW_PASSWORD"] = airflow_password(cfg)
     return env
