@@ -89,7 +89,11 @@ def stack_settings(notifications: NotificationReceiver) -> Iterator[Settings]:
     os.environ["MODELOPS_NOTIFY_URLS"] = notifications.url
     settings.cache_clear()
     cfg = settings()
-    launcher.up(cfg, progress=lambda line: print(line, flush=True))
+    try:
+        launcher.up(cfg, progress=lambda line: print(line, flush=True))
+    except BaseException:
+        launcher.down(cfg, progress=lambda line: None)  # what did start: never leave a half stack behind
+        raise
     yield cfg
     launcher.down(cfg, progress=lambda line: None)
 

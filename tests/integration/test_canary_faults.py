@@ -262,3 +262,53 @@ def test_scheduler_and_triggerer_killed_mid_canary_resume_and_end_correctly(
     assert MlflowRegistry.from_settings().get(model, version).stage == "Production"
     assert MlflowRegistry.from_settings().get(model, stable["version"]).stage == "Archived"
     assert json.dumps(status).count('"rolling_back"') == 0
+
+
+def test_an_unreachable_gateway_pauses_the_release_and_resume_goes_on(
+    airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
+    features_published: None, notifications: NotificationReceiver,
+) -> None:
+    """A canary that cannot be measured is never promoted: it pauses and alerts; resume continues it."""
+    from modelops.stack import launcher
+
+    model = f"can_{uuid.uuid4().hex[:6]}"
+    _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
+    version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
+    with Traffic(stack_settings, model):
+        run_id = _release(airflow, model, version, canary_inconclusive_limit=2,
+                          canary_steps="25,50,75,100")
+        canary_tv = _canary_version(airflow, run_id)
+        deadline = time.monotonic() + 120
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline and status.get("weight") != 0.5:
+            time.sleep(0.5)
+            try:
+                status = _checkpoint(object_store, model, canary_tv)
+            except Exception:  # the canary has not started yet
+                continue
+        assert status.get("weight") == 0.5, (status, _states(airflow, run_id))
+        _kill_group(stack_settings, ("gateway",))
+        try:
+            deadline = time.monotonic() + 90
+            while time.monotonic() < deadline and status.get("phase") != "paused":
+                time.sleep(1)
+                status = _checkpoint(object_store, model, canary_tv)
+            assert status.get("phase") == "paused", status
+            assert "unreachable" in status["reason"] and status["failed_checks"] == 0, status["reason"]
+            assert status["weight"] == 0.5 and _routes(object_store, model).canary_weight == 0.5
+        finally:
+            states = {s.name: s.state for s in launcher.up(stack_settings, progress=lambda line: None,
+                                                           only=("gateway",))}
+        assert states["gateway"] == "healthy", states
+        resume = airflow.trigger("model_release_control", {"model": model, "version": canary_tv,
+                                                           "action": "resume", "reason": "gateway back"},
+                                 run_id=f"test-resume-{uuid.uuid4().hex[:8]}")
+        assert airflow.wait("model_release_control", resume, timeout_s=120) == "success"
+        state = airflow.wait("model_release", run_id, timeout_s=240)
+    assert state == "success", _states(airflow, run_id)
+    status = _checkpoint(object_store, model, canary_tv)
+    assert status["phase"] == "promoted"
+    assert [t["to"] for t in status["transitions"]] == ["progressing", "paused", "progressing", "promoting",
+                                                        "promoted"]
+    titles = _canary_titles(notifications, model)
+    assert sorted(t.rsplit(": ", 1)[1] for t in titles) == ["paused", "promoted", "resumed", "started"], titles
