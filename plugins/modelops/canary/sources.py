@@ -267,10 +267,31 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"')
 
 
-def promql(model: str, versions: Sequence[int], range_s: int, up_selector: str = "") -> dict[str, str]:
-    """The PromQL of one window, by purpose (also printed in the docs and tests)."""
+def _duration(seconds: float) -> str:
+    """A PromQL range: whole seconds as ``30s``, anything else to the millisecond (``25400ms``)."""
+    ms = max(1, round(seconds * 1000))
+    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
+
+
+EXPORTERS_LOOKBACK_S = 3600
+"""How long ago a target may have last exported the model's series and still count as one of its targets."""
+
+
+def promql(model: str, versions: Sequence[int], range_s: float, up_selector: str = "") -> dict[str, str]:
+    """The PromQL of one window, by purpose (also printed in the docs and tests).
+
+    ``down`` lists the scrape targets that failed a scrape in the window: those matching
+    ``up_selector``, or, without one, those that exported the model's gateway or Triton
+    series within the last :data:`EXPORTERS_LOOKBACK_S` (a production Prometheus scrapes
+    many unrelated targets, and one of them being down says nothing about the canary).
+    """
     sel = f'model="{_escape(model)}",version=~"{"|".join(str(v) for v in versions)}"'
-    r = f"[{range_s}s]"
+    r = f"[{_duration(range_s)}]"
+    down = f"min_over_time(up{{{up_selector}}}{r}) == 0"
+    if not up_selector:
+        exporters = f'{{__name__=~"{REQUESTS}|{TRITON_SUCCESS}",model="{_escape(model)}"}}'
+        lookback = _duration(max(range_s, EXPORTERS_LOOKBACK_S))
+        down = f"{down} and on (job, instance) group by (job, instance) (present_over_time({exporters}[{lookback}]))"
     return {
         "requests": f"sum by (version) (increase({REQUESTS}{{{sel}}}{r}))",
         "errors": f'sum by (version) (increase({ERRORS}{{{sel},class=~"{"|".join(ERROR_CLASSES)}"}}{r}))',
@@ -278,7 +299,7 @@ def promql(model: str, versions: Sequence[int], range_s: int, up_selector: str =
         "buckets": f"sum by (version, le) (increase({LATENCY}_bucket{{{sel}}}{r}))",
         "std": f"max by (version) ({STD}{{{sel}}})",
         "feedback": f"sum by (version, action) (increase({FEEDBACK}{{{sel}}}{r}))",
-        "down": f"min_over_time(up{{{up_selector}}}{r}) == 0",
+        "down": down,
     }
 
 
@@ -298,7 +319,8 @@ class PrometheusSource:
             get_json: HTTP GET returning parsed JSON (tests pass a fake).
             up_selector: label matchers of the gateway and Triton scrape targets (example:
                 ``job=~"modelops-gateway|triton"``); a target down during the window makes
-                the analysis inconclusive.
+                the analysis inconclusive. Empty: the targets that exported the model's
+                gateway or Triton series in the last hour (see :func:`promql`).
         """
         self.url = url.rstrip("/")
         self.up_selector = up_selector
@@ -320,7 +342,8 @@ class PrometheusSource:
     def measure(self, model: str, stable_version: int, canary_version: int, opened: Mapping[str, Any],
                 now: float) -> Measurement:
         start = float(opened["at"])
-        range_s = max(1, round(now - start))
+        # the window as opened, to the millisecond (a trigger fires a fraction of a second late)
+        range_s = max(0.001, round(now - start, 3))
         queries = promql(model, (stable_version, canary_version), range_s, self.up_selector)
         try:
             results = {name: self._query(q, now) for name, q in queries.items()}
