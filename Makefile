@@ -8,7 +8,10 @@ STAMP := $(VENV)/.installed
 # pip's configured extra indexes on these machines print one warning per package; keep the log readable.
 QUIET_PIP := grep -v "^WARNING: Location" || true
 
-.PHONY: venv system-deps demo test lint typecheck unit integration bench stack-up stack-down clean
+PROMETHEUS_DIR := .cache/prometheus
+PROMETHEUS_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus
+
+.PHONY: venv system-deps prometheus demo test lint typecheck unit integration bench stack-up stack-down clean
 
 $(STAMP): requirements.lock pyproject.toml
 	@echo "==> creating $(VENV) from requirements.lock (first time: ~2-4 minutes)"
@@ -35,7 +38,18 @@ system-deps:
 	  echo "==> installing Debian's chromium (headless browser for the report tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: venv system-deps lint typecheck
+# Debian 12's prometheus, downloaded and unpacked (never installed: its maintainer scripts would
+# start a service on every interface); tests/integration/test_prometheus_source.py runs it on loopback.
+$(PROMETHEUS_BIN):
+	@echo "==> fetching Debian's prometheus package into $(PROMETHEUS_DIR) (unpacked, not installed)"
+	@mkdir -p $(PROMETHEUS_DIR) && cd $(PROMETHEUS_DIR) && rm -f prometheus_*.deb && \
+	  { apt-get download prometheus 2>/dev/null || { apt-get update -qq && apt-get download prometheus; }; } && \
+	  dpkg-deb -x prometheus_*.deb root/ && rm -f prometheus_*.deb
+	@$(PROMETHEUS_BIN) --version | head -1
+
+prometheus: $(PROMETHEUS_BIN)
+
+test: venv system-deps prometheus lint typecheck
 	$(BIN)/pytest
 
 lint: venv
@@ -47,7 +61,7 @@ typecheck: venv
 unit: venv
 	$(BIN)/pytest tests/unit
 
-integration: venv
+integration: venv prometheus
 	$(BIN)/pytest -m integration
 
 stack-up: venv

@@ -206,6 +206,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("prometheus_url", "MODELOPS_PROMETHEUS_URL", _optional_url, "",
             "Prometheus HTTP API base URL (required when MODELOPS_CANARY_METRICS=prometheus).",
             example="http://prometheus:9090"),
+    Setting("prometheus_up_selector", "MODELOPS_PROMETHEUS_UP_SELECTOR", _text, "",
+            "PromQL label matchers of the gateway and Triton scrape targets (a target down in the window makes "
+            "the analysis inconclusive). Empty: the targets that exported the model's series in the last hour.",
+            example='job=~"modelops-gateway|triton"'),
 )
 
 
@@ -249,6 +253,7 @@ class Settings:
     gateway_urls: tuple[str, ...]
     canary_metrics: str
     prometheus_url: str
+    prometheus_up_selector: str
 
     # Derived values: the embedded defaults unless an explicit URL was configured.
     @property

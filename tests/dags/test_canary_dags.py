@@ -127,7 +127,7 @@ def test_the_interval_trigger_round_trips_and_fires_after_its_due_time() -> None
 
 def test_a_canary_trigger_closes_the_window_when_it_fires_and_the_marker_measures_it() -> None:
     """The closing marker is taken in the triggerer at the due time; here no gateway answers (port 9)."""
-    from modelops.canary.operator import measure_between, metrics_source
+    from modelops.canary.operator import metrics_source
     from modelops.canary.trigger import CanaryIntervalTrigger
     from modelops.config import settings
 
@@ -144,7 +144,7 @@ def test_a_canary_trigger_closes_the_window_when_it_fires_and_the_marker_measure
 
     closed = asyncio.run(first()).payload["closed"]
     assert closed["at"] >= due and closed["targets"]["http://127.0.0.1:9/metrics"] is None
-    m = measure_between(metrics_source(settings(), urls), "m", 3, 4, opened, closed)
+    m = metrics_source(settings(), urls).measure_between("m", 3, 4, opened, closed)
     assert (m.window_start, m.window_end) == (opened["at"], closed["at"])
     assert "http://127.0.0.1:9/metrics" in m.unreachable  # so the analysis is inconclusive, never passed
 

@@ -56,6 +56,22 @@ def _canary_version(airflow: AirflowClient, run_id: str, timeout_s: float = 180.
     raise AssertionError(f"no canary published: {_states(airflow, run_id)}")
 
 
+def _wait_status(store: ObjectStore, model: str, canary_tv: int, done: Any, timeout_s: float,
+                 poll_s: float = 1.0) -> dict[str, Any]:
+    """The canary's checkpoint once ``done(status)`` holds (or the last one read, at the timeout)."""
+    deadline = time.monotonic() + timeout_s
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        try:
+            status = _checkpoint(store, model, canary_tv)
+        except Exception:  # the canary has not started yet
+            status = {}
+        if status and done(status):
+            break
+        time.sleep(poll_s)
+    return status
+
+
 def _canary_titles(notifications: NotificationReceiver, model: str) -> list[str]:
     return [str(m.get("title", "")) for m in notifications.messages if f"canary {model} " in str(m.get("title", ""))]
 
@@ -155,14 +171,7 @@ def test_thin_traffic_never_decides_and_pauses_after_the_inconclusive_limit(
     with Traffic(stack_settings, model, rate=2.0):
         run_id = _release(airflow, model, version, canary_inconclusive_limit=3)
         canary_tv = _canary_version(airflow, run_id)
-        deadline = time.monotonic() + 120
-        status: dict[str, Any] = {}
-        while time.monotonic() < deadline and status.get("phase") != "paused":
-            time.sleep(1)
-            try:
-                status = _checkpoint(object_store, model, canary_tv)
-            except Exception:  # the canary has not started yet
-                continue
+        status = _wait_status(object_store, model, canary_tv, lambda s: s["phase"] == "paused", 120)
         assert status.get("phase") == "paused", (status, _states(airflow, run_id))
         # It stays paused at its first weight for more windows: nothing promoted, nothing rolled back.
         time.sleep(3 * interval)
@@ -278,21 +287,11 @@ def test_an_unreachable_gateway_pauses_the_release_and_resume_goes_on(
         run_id = _release(airflow, model, version, canary_inconclusive_limit=2,
                           canary_steps="25,50,75,100")
         canary_tv = _canary_version(airflow, run_id)
-        deadline = time.monotonic() + 120
-        status: dict[str, Any] = {}
-        while time.monotonic() < deadline and status.get("weight") != 0.5:
-            time.sleep(0.5)
-            try:
-                status = _checkpoint(object_store, model, canary_tv)
-            except Exception:  # the canary has not started yet
-                continue
+        status = _wait_status(object_store, model, canary_tv, lambda s: s["weight"] == 0.5, 120, poll_s=0.5)
         assert status.get("weight") == 0.5, (status, _states(airflow, run_id))
         _kill_group(stack_settings, ("gateway",))
         try:
-            deadline = time.monotonic() + 90
-            while time.monotonic() < deadline and status.get("phase") != "paused":
-                time.sleep(1)
-                status = _checkpoint(object_store, model, canary_tv)
+            status = _wait_status(object_store, model, canary_tv, lambda s: s["phase"] == "paused", 90)
             assert status.get("phase") == "paused", status
             assert "unreachable" in status["reason"] and status["failed_checks"] == 0, status["reason"]
             assert status["weight"] == 0.5 and _routes(object_store, model).canary_weight == 0.5

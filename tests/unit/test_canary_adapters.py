@@ -93,14 +93,29 @@ def test_routes_written_and_every_gateway_waited_for() -> None:
     assert load_routes(store.blobs["routes/rec.json"]).revision == 2
 
 
-def test_a_gateway_that_never_applies_times_out() -> None:
+def test_a_gateway_that_answers_with_an_old_revision_times_out() -> None:
     store, clock = FakeStore(), Clock(0.0)
-    gateways = FakeGateways(store, down={"http://gw2"})
+    gateways = FakeGateways(store, lag=10**6)  # answers, never applies
     routes = ObjectStoreRoutes(store, ["http://gw1", "http://gw2"], get_json=gateways, clock=clock,
                                sleep=clock.sleep, timeout_s=5.0, poll_s=1.0)
-    with pytest.raises(RoutesNotApplied, match=r"gw2.*refused"):
+    with pytest.raises(RoutesNotApplied, match=r"not applied within 5 s by \['http://gw1', 'http://gw2'\]"):
         routes.apply("rec", STABLE, CANARY, 0.01, "ann")
     assert clock.now == pytest.approx(5.0)
+
+
+def test_a_gateway_that_refuses_connections_is_down_and_not_waited_for() -> None:
+    """A down gateway serves nothing: the others' confirmation is enough once it has refused for a while."""
+    store, clock = FakeStore(), Clock(0.0)
+    gateways = FakeGateways(store, lag=0, down={"http://gw2"})
+    routes = ObjectStoreRoutes(store, ["http://gw1", "http://gw2"], get_json=gateways, clock=clock,
+                               sleep=clock.sleep, timeout_s=30.0, poll_s=1.0, down_after_s=5.0)
+    applied = routes.apply("rec", STABLE, CANARY, 0.01, "ann")
+    assert applied == datetime.fromisoformat(gateways.applied_at).timestamp()
+    assert routes.last_down == ("http://gw2",) and clock.now == pytest.approx(5.0)
+    # Every gateway down: nobody confirms, so it times out naming them.
+    gateways.down = {"http://gw1", "http://gw2"}
+    with pytest.raises(RoutesNotApplied, match=r"gw1.*gw2.*refused"):
+        routes.apply("rec", STABLE, None, 0.0, "ann")
 
 
 def test_checkpoint_in_the_object_store() -> None:

@@ -7,6 +7,7 @@ an adapter is used.
 from __future__ import annotations
 
 import json
+import logging
 import time
 import urllib.error
 import urllib.request
@@ -25,6 +26,7 @@ if TYPE_CHECKING:
     from modelops.registry.mlflow_registry import MlflowRegistry
 
 GetJson = Callable[[str], Any]
+_log = logging.getLogger(__name__)
 
 
 class RoutesNotApplied(ModelopsError):
@@ -68,6 +70,13 @@ class ObjectStoreRoutes:
 
     The moment returned is the latest ``applied_at`` the gateways report (their own clock),
     or the time of the poll that saw the revision when a gateway gives none.
+
+    A gateway that refuses connections for ``down_after_s`` serves no traffic, so it cannot
+    serve the old routes either: once every gateway that answers has applied the revision,
+    the down ones are listed in :attr:`last_down` and the wait ends (a restarted gateway
+    loads the newest routes at start; the canary's next window, unable to scrape it, is
+    inconclusive). With no gateway answering, or one that answers with an older revision,
+    the wait ends in :class:`RoutesNotApplied` after ``timeout_s``.
     """
 
     store: BlobStore
@@ -75,8 +84,10 @@ class ObjectStoreRoutes:
     get_json: GetJson = field(default_factory=http_get_json)
     timeout_s: float = 30.0
     poll_s: float = 0.2
+    down_after_s: float = 5.0
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
+    last_down: tuple[str, ...] = ()
 
     def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str) -> float:
         key = routes_key(model)
@@ -86,26 +97,42 @@ class ObjectStoreRoutes:
         return self.wait(model, routes.revision)
 
     def wait(self, model: str, revision: int) -> float:
-        """Poll ``GET /v1/routes`` of every gateway until each reports ``revision`` or newer."""
-        deadline = self.clock() + self.timeout_s
+        """Poll ``GET /v1/routes`` of every gateway until each reports ``revision`` or newer (or is down)."""
+        started = self.clock()
+        deadline = started + self.timeout_s
         applied: dict[str, float] = {}
+        refusing_since: dict[str, float] = {}
         last_error = ""
         while True:
+            now = self.clock()
             for url in self.gateway_urls:
                 if url in applied:
                     continue
                 try:
                     view = self.get_json(f"{url.rstrip('/')}/v1/routes")
+                except ConnectionError as exc:
+                    refusing_since.setdefault(url, now)
+                    last_error = f"{url}: {exc}"
+                    continue
+                refusing_since.pop(url, None)
+                try:
                     entry = view["models"][model]
-                except (ConnectionError, KeyError, TypeError) as exc:
+                except (KeyError, TypeError) as exc:
                     last_error = f"{url}: {exc}"
                     continue
                 if int(entry.get("revision", -1)) >= revision:
                     applied[url] = _epoch(entry.get("applied_at", "")) or self.clock()
-            if len(applied) == len(self.gateway_urls):
+            pending = set(self.gateway_urls) - set(applied)
+            down = {u for u in pending if u in refusing_since and now - refusing_since[u] >= self.down_after_s}
+            if not pending or (applied and pending == down):
+                self.last_down = tuple(sorted(down))
+                if down:
+                    _log.warning("routes %s revision %d applied by %s; down (refusing connections for %.0f s, "
+                                 "serving nothing): %s", model, revision, sorted(applied), self.down_after_s,
+                                 list(self.last_down))
                 return max(applied.values(), default=self.clock())
             if self.clock() >= deadline:
-                missing = sorted(set(self.gateway_urls) - set(applied))
+                missing = sorted(pending)
                 raise RoutesNotApplied(f"routes {model} revision {revision}: not applied within {self.timeout_s:g} s "
                                        f"by {missing}" + (f" (last error: {last_error})" if last_error else ""))
             self.sleep(self.poll_s)

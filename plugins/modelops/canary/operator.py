@@ -175,19 +175,8 @@ def metrics_source(cfg: Any, gateway_urls: Sequence[str]) -> Any:
     from modelops.canary.sources import PrometheusSource, ScrapeSource
 
     if cfg.canary_metrics == "prometheus":
-        return PrometheusSource(cfg.prometheus_url)
+        return PrometheusSource(cfg.prometheus_url, up_selector=cfg.prometheus_up_selector)
     return ScrapeSource([f"{u.rstrip('/')}/metrics" for u in gateway_urls], cfg.triton_metrics_url)
-
-
-def measure_between(source: Any, model: str, stable_version: int, canary_version: int,
-                    opened: Mapping[str, Any], closed: Mapping[str, Any]) -> Any:
-    """Canary vs stable between two markers of the same source (``open_window`` results)."""
-    from modelops.canary.sources import ScrapeSource, Snapshot, measure_snapshots
-
-    if isinstance(source, ScrapeSource):
-        return measure_snapshots(Snapshot.from_dict(opened), Snapshot.from_dict(closed), model, stable_version,
-                                 canary_version, source.triton_url)
-    return source.measure(model, stable_version, canary_version, opened, float(closed["at"]))
 
 
 def summary_dict(status: CanaryStatus) -> dict[str, Any]:
@@ -276,8 +265,8 @@ class CanaryOperator(BaseOperator):
         closed = (event or {}).get("closed")
         m = None
         if opened is not None and closed is not None:  # closed on time by the trigger
-            m = measure_between(wiring.source, wiring.model, r.stable.triton_version, r.canary.triton_version,
-                                opened, closed)
+            m = wiring.source.measure_between(wiring.model, r.stable.triton_version, r.canary.triton_version,
+                                              opened, closed)
         elif opened is not None:  # the window ends now: measure before anything else touches the clock
             m = wiring.source.measure(wiring.model, r.stable.triton_version, r.canary.triton_version, opened,
                                       time.time())

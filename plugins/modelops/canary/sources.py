@@ -71,6 +71,10 @@ class MetricsSource(Protocol):
                 now: float) -> Measurement:
         """Canary vs stable from the window's opening to ``now``; unreadable targets are listed, not raised."""
 
+    def measure_between(self, model: str, stable_version: int, canary_version: int, opened: Mapping[str, Any],
+                        closed: Mapping[str, Any]) -> Measurement:
+        """Canary vs stable between two markers (``closed`` taken later by :meth:`open_window`)."""
+
 
 def http_fetch(timeout_s: float = 5.0) -> Fetch:
     """A fetcher of text over HTTP; any failure is a :class:`ConnectionError`."""
@@ -246,6 +250,11 @@ class ScrapeSource:
         return measure_snapshots(before, self.snapshot(model, now), model, stable_version, canary_version,
                                  self.triton_url)
 
+    def measure_between(self, model: str, stable_version: int, canary_version: int, opened: Mapping[str, Any],
+                        closed: Mapping[str, Any]) -> Measurement:
+        return measure_snapshots(Snapshot.from_dict(opened), Snapshot.from_dict(closed), model, stable_version,
+                                 canary_version, self.triton_url)
+
 
 # ------------------------------------------------------------------ Prometheus HTTP API
 GetJson = Callable[[str, Mapping[str, str]], Any]
@@ -328,6 +337,10 @@ class PrometheusSource:
 
     def open_window(self, model: str, now: float) -> dict[str, Any]:
         return {"at": now}
+
+    def measure_between(self, model: str, stable_version: int, canary_version: int, opened: Mapping[str, Any],
+                        closed: Mapping[str, Any]) -> Measurement:
+        return self.measure(model, stable_version, canary_version, opened, float(closed["at"]))
 
     def _query(self, query: str, at: float) -> list[tuple[dict[str, str], float]]:
         body = self.get_json(f"{self.url}/api/v1/query", {"query": query, "time": f"{at:.3f}"})
