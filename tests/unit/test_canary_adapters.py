@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from modelops.canary.adapters import (
+    GatewayDown,
     ObjectStoreRoutes,
     ObjectStoreStatusStore,
     RoutesNotApplied,
@@ -47,13 +48,16 @@ class FakeGateways:
     store: FakeStore
     lag: int = 2
     down: set[str] = field(default_factory=set)
+    unreachable: set[str] = field(default_factory=set)
     polls: dict[str, int] = field(default_factory=dict)
     applied_at: str = "2026-11-29T21:00:05+00:00"
 
     def __call__(self, url: str) -> Any:
         gateway = url.removesuffix("/v1/routes")
         if gateway in self.down:
-            raise ConnectionError("refused")
+            raise GatewayDown("refused")
+        if gateway in self.unreachable:
+            raise ConnectionError("timed out")
         self.polls[gateway] = self.polls.get(gateway, 0) + 1
         routes = load_routes(self.store.blobs[routes_key("rec")])
         revision = routes.revision if self.polls[gateway] > self.lag else routes.revision - 1
@@ -112,10 +116,20 @@ def test_a_gateway_that_refuses_connections_is_down_and_not_waited_for() -> None
     applied = routes.apply("rec", STABLE, CANARY, 0.01, "ann")
     assert applied == datetime.fromisoformat(gateways.applied_at).timestamp()
     assert routes.last_down == ("http://gw2",) and clock.now == pytest.approx(5.0)
-    # Every gateway down: nobody confirms, so it times out naming them.
+    # Every gateway down: no traffic is served at all; the newest routes load when they start.
     gateways.down = {"http://gw1", "http://gw2"}
-    with pytest.raises(RoutesNotApplied, match=r"gw1.*gw2.*refused"):
-        routes.apply("rec", STABLE, None, 0.0, "ann")
+    assert routes.apply("rec", STABLE, None, 0.0, "ann") == pytest.approx(clock.now)
+    assert routes.last_down == ("http://gw1", "http://gw2")
+
+
+def test_a_gateway_that_times_out_may_still_serve_and_is_waited_for() -> None:
+    store, clock = FakeStore(), Clock(0.0)
+    gateways = FakeGateways(store, lag=0, unreachable={"http://gw2"})
+    routes = ObjectStoreRoutes(store, ["http://gw1", "http://gw2"], get_json=gateways, clock=clock,
+                               sleep=clock.sleep, timeout_s=10.0, poll_s=1.0, down_after_s=2.0)
+    with pytest.raises(RoutesNotApplied, match=r"by \['http://gw2'\].*timed out"):
+        routes.apply("rec", STABLE, CANARY, 0.01, "ann")
+    assert clock.now == pytest.approx(10.0)
 
 
 def test_checkpoint_in_the_object_store() -> None:

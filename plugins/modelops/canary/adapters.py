@@ -53,13 +53,19 @@ def next_routes(current: Routes | None, model: str, stable: VersionRef, canary: 
                   updated_at=now.isoformat(), updated_by=by)
 
 
+class GatewayDown(ConnectionError):
+    """Nothing listens at the gateway's address (connection refused): it serves no traffic."""
+
+
 def http_get_json(timeout_s: float = 3.0) -> GetJson:
     def get(url: str) -> Any:
         try:
             with urllib.request.urlopen(url, timeout=timeout_s) as response:
                 return json.loads(response.read().decode("utf-8"))
         except (OSError, urllib.error.URLError, ValueError) as exc:
-            raise ConnectionError(f"{url}: {exc}") from exc
+            refused = isinstance(exc, ConnectionRefusedError) or isinstance(
+                getattr(exc, "reason", None), ConnectionRefusedError)
+            raise (GatewayDown if refused else ConnectionError)(f"{url}: {exc}") from exc
 
     return get
 
@@ -71,12 +77,13 @@ class ObjectStoreRoutes:
     The moment returned is the latest ``applied_at`` the gateways report (their own clock),
     or the time of the poll that saw the revision when a gateway gives none.
 
-    A gateway that refuses connections for ``down_after_s`` serves no traffic, so it cannot
-    serve the old routes either: once every gateway that answers has applied the revision,
-    the down ones are listed in :attr:`last_down` and the wait ends (a restarted gateway
-    loads the newest routes at start; the canary's next window, unable to scrape it, is
-    inconclusive). With no gateway answering, or one that answers with an older revision,
-    the wait ends in :class:`RoutesNotApplied` after ``timeout_s``.
+    A gateway that refuses connections (:class:`GatewayDown`) for ``down_after_s`` serves no
+    traffic, so it cannot serve the old routes either: once every other gateway has applied
+    the revision, the down ones are listed in :attr:`last_down` and the wait ends (a
+    restarted gateway loads the newest routes at start; the canary's next windows, unable to
+    scrape it, are inconclusive, so the release pauses and alerts). A gateway that answers
+    with an older revision, or cannot be reached for another reason (a timeout: it may still
+    serve), is waited for until ``timeout_s``, then :class:`RoutesNotApplied`.
     """
 
     store: BlobStore
@@ -110,8 +117,12 @@ class ObjectStoreRoutes:
                     continue
                 try:
                     view = self.get_json(f"{url.rstrip('/')}/v1/routes")
-                except ConnectionError as exc:
+                except GatewayDown as exc:
                     refusing_since.setdefault(url, now)
+                    last_error = f"{url}: {exc}"
+                    continue
+                except ConnectionError as exc:
+                    refusing_since.pop(url, None)
                     last_error = f"{url}: {exc}"
                     continue
                 refusing_since.pop(url, None)
@@ -124,13 +135,13 @@ class ObjectStoreRoutes:
                     applied[url] = _epoch(entry.get("applied_at", "")) or self.clock()
             pending = set(self.gateway_urls) - set(applied)
             down = {u for u in pending if u in refusing_since and now - refusing_since[u] >= self.down_after_s}
-            if not pending or (applied and pending == down):
+            if pending == down:
                 self.last_down = tuple(sorted(down))
                 if down:
                     _log.warning("routes %s revision %d applied by %s; down (refusing connections for %.0f s, "
                                  "serving nothing): %s", model, revision, sorted(applied), self.down_after_s,
                                  list(self.last_down))
-                return max(applied.values(), default=self.clock())
+                return max(applied.values(), default=self.clock()) if applied else self.clock()
             if self.clock() >= deadline:
                 missing = sorted(pending)
                 raise RoutesNotApplied(f"routes {model} revision {revision}: not applied within {self.timeout_s:g} s "
