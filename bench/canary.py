@@ -7,7 +7,7 @@ tags, checkpoint in the object store, :class:`~modelops.canary.sources.ScrapeSou
 over the gateway's and Triton's ``/metrics``), in this process, against a real stack
 (object store + MLflow + Triton + gateway; Airflow is not started). The loop is the
 operator's: wait out ``interval_s``, close the window, measure it
-(:func:`~modelops.canary.operator.measure_between`), ``runner.handle``, until the release
+(the source's ``measure_between``), ``runner.handle``, until the release
 ends; windows are contiguous (the marker that closes one opens the next, as the trigger
 does). Airflow adds its hop on top of every window (defer, triggerer, worker pick-up):
 ``tests/integration/test_canary_release.py`` measures MTTR through Airflow; this bench
@@ -263,7 +263,7 @@ def _run_trial(variant: str, trained: Any, cfg: Any, model: str, spec: Any,
     from modelops.canary.actions import AbortCommand
     from modelops.canary.adapters import ObjectStoreRoutes, TritonServing
     from modelops.canary.gates import p99_ms
-    from modelops.canary.operator import measure_between, wire
+    from modelops.canary.operator import wire
     from modelops.canary.status import Phase
 
     candidate, published = _publish_candidate(trained, cfg.mlflow_uri, model)
@@ -281,7 +281,7 @@ def _run_trial(variant: str, trained: Any, cfg: Any, model: str, spec: Any,
         time.sleep(max(0.0, float(opened["at"]) + spec.interval_s - time.time()))
         closed = source.open_window(model, time.time())
         weight = status.weight
-        m = measure_between(source, model, stable_tv, canary_tv, opened, closed)
+        m = source.measure_between(model, stable_tv, canary_tv, opened, closed)
         status = runner.handle(m)
         opened = closed
         p99 = (p99_ms(m.canary), p99_ms(m.stable))  # what the latency gate compared in the last window
