@@ -124,7 +124,7 @@ def model_release() -> None:
     )
     done = CanaryOperator(task_id="canary_finish", candidate=candidate, published=published, stage="finish",
                           trigger_rule="none_failed", **resumable)
-    retire = RetirePreviousStable(task_id="retire_previous_stable")
+    retire = RetirePreviousStable(task_id="retire_previous_stable", **resumable)
     verified >> canary >> approval >> done >> retire
 
 
