@@ -155,3 +155,16 @@ def test_traffic_warnings_name_the_thin_steps() -> None:
     warnings = traffic_warnings(spec, 20.0)  # 100 requests per window in all
     assert [w.split(":")[0] for w in warnings] == ["step 1%", "step 5%", "step 25%"]
     assert traffic_warnings(spec, 1000.0) == []
+
+
+def test_detection_warnings_name_the_steps_too_small_to_catch_the_bad_error_rate() -> None:
+    from modelops.canary.spec import detection_warnings
+
+    spec = CanarySpec(steps=(0.25, 0.5, 1.0), interval_s=5, min_requests=20)
+    # 40 req/s: ~50 and ~100 canary requests per window, 2.5 and 5 expected errors at 5 % (< 2 x 3).
+    warnings = detection_warnings(spec, 40.0)
+    assert [w.split(":")[0] for w in warnings] == ["step 25%", "step 50%"]
+    assert "~2.5 errors" in warnings[0] and "error_min_errors=3" in warnings[0]
+    assert detection_warnings(spec, 40.0, error_rate=0.2) == []  # 10 and 20 expected errors
+    assert detection_warnings(spec, 200.0) == []  # 250 / 500 requests per window
+    assert detection_warnings(spec, 4.0) == []  # too thin for min_requests: traffic_warnings' business

@@ -35,7 +35,7 @@ from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from modelops.canary.actions import AbortCommand, ApproveCommand, Event, PauseCommand, ResumeCommand
 from modelops.canary.runner import Release, Runner, VersionRef
-from modelops.canary.spec import CanarySpec, describe, traffic_warnings
+from modelops.canary.spec import CanarySpec, describe, detection_warnings, traffic_warnings
 from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
 from modelops.errors import ConfigError, ContractError
@@ -357,7 +357,8 @@ class CanaryOperator(BaseOperator):
 
 
 def _traffic_hint(spec: CanarySpec) -> list[str]:
-    return [f"at {rate:g} req/s: {w}" for rate in (10.0, 100.0) for w in traffic_warnings(spec, rate)][:4]
+    return [f"at {rate:g} req/s: {w}" for rate in (10.0, 100.0)
+            for w in (*traffic_warnings(spec, rate), *detection_warnings(spec, rate))][:6]
 
 
 def finish(context: Any, status: CanaryStatus, log: Any) -> dict[str, Any]:

@@ -145,6 +145,29 @@ def traffic_warnings(spec: CanarySpec, requests_per_s: float) -> list[str]:
     return warnings
 
 
+def detection_warnings(spec: CanarySpec, requests_per_s: float, error_rate: float | None = None) -> list[str]:
+    """Analysed steps whose windows are too small to catch a canary failing ``error_rate`` of its requests.
+
+    A window carries about ``weight × rate × interval`` canary requests, so a canary failing
+    ``error_rate`` of them (default ``error_rate_limit``) shows that many times ``error_rate``
+    errors on average; the error gate fails a window only from ``error_min_errors`` errors.
+    With fewer than twice that expected, such a canary often passes a window and may be
+    promoted (a Poisson count of mean 2.5 reaches 3 less than half the time). Steps already
+    too thin for ``min_requests`` are left to :func:`traffic_warnings`.
+    """
+    bad = spec.error_rate_limit if error_rate is None else error_rate
+    warnings = []
+    for weight in spec.steps[:-1]:
+        canary = weight * requests_per_s * spec.interval_s
+        expected = canary * bad
+        if canary >= spec.min_requests and expected < 2 * spec.error_min_errors:
+            warnings.append(f"step {weight:.0%}: about {canary:.0f} canary requests per {spec.interval_s:g} s window: "
+                            f"a canary failing {bad:.0%} of them shows ~{expected:.1f} errors, and a window fails "
+                            f"only from error_min_errors={spec.error_min_errors}: it may pass this step; raise "
+                            "interval_s, the weights or analyses_per_step")
+    return warnings
+
+
 def spec_problems(spec: CanarySpec) -> list[str]:
     """Every rule the spec breaks, each naming the field, the rule and an example."""
     problems: list[str] = []
