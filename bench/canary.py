@@ -40,22 +40,23 @@ latency gate fails is an *incident*, which pauses the release instead of rolling
 
 Trials: ``--trials`` of each variant, interleaved (good, faulty-errors, collapsed, slow,
 good, ...) so the machine's noise spreads evenly. Each trial registers a candidate (same
-weights, another ``variant.json``: another sha256, so another Triton version), moves it
-to Staging, publishes it to Triton, runs the DAG's ``verify_served`` step (which also
-makes the version's first inferences, as in a real release), and runs the release with
-steps 50,100 % with 4 passed analyses needed per step, ``interval_s`` 5, ``min_requests`` 20
+weights, another ``variant.json``: another sha256, so another Triton version), moves it to
+Staging, publishes it to Triton, runs the DAG's ``verify_served`` step (which also makes
+the version's first inferences, as in a real release), and runs the release with steps
+50,100 % with 4 passed analyses needed per step, ``interval_s`` 5, ``min_requests`` 20
 (the integration tests' values for 5 % errors at ~40 req/s; ``--steps 25,50,100
 --analyses-per-step 1`` is the issue's default shape, see below). ``faulty-errors`` fails
-``--error-rate`` (default 0.05, the issue's "raises on 5 % of requests") of its batches. A trial longer than ``--trial-cap-s`` ends as
-``timeout``; a paused release (inconclusive windows, or an incident: the stable degrading
-too) ends as ``paused``; both are then aborted (rolled back) so the next trial starts
-from the stable alone, and count as undecided, not as wrong. A promoted (good) version
-becomes the new stable, as in production (MLflow forbids Archived → Production, so the
-original cannot come back), and the previous stable is unloaded from Triton; every
-stable is the same weights with ``variant: good``, so trials stay comparable. A faulty
-version promoted (a wrong decision) is routed away again at once (routes back to the
-previous stable, the faulty one unloaded; MLflow keeps it as Production, which only this
-bench's throw-away model sees), so one wrong decision does not poison later trials.
+``--error-rate`` (default 0.05, the issue's "raises on 5 % of requests") of its batches. A
+trial longer than ``--trial-cap-s`` ends as ``timeout``; a paused release (inconclusive
+windows, or an incident: the stable degrading too) ends as ``paused``; both are then
+aborted (rolled back) so the next trial starts from the stable alone, and count as
+undecided, not as wrong. A promoted (good) version becomes the new stable, as in
+production (MLflow forbids Archived → Production, so the original cannot come back), and
+the previous stable is unloaded from Triton; every stable is the same weights with
+``variant: good``, so trials stay comparable. A faulty version promoted (a wrong decision)
+is routed away again at once (routes back to the previous stable, the faulty one unloaded;
+MLflow keeps it as Production, which only this bench's throw-away model sees), so one
+wrong decision does not poison later trials.
 
 Per trial: decision, detection time (start of the first failing window → the rollback
 decision, i.e. the ``rolling_back`` transition), MTTR (``status.mttr_s``: first failing
