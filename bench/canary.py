@@ -104,18 +104,11 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
+from modelops.config import stack_port_env  # after the path: runnable without the install
+
 PORT_BASE = 26000  # beside the integration suites (24xxx, 27xxx) and a developer's stack
 BENCH_ENV = {
-    "MODELOPS_S3_PORT": str(PORT_BASE + 310),
-    "MODELOPS_MLFLOW_PORT": str(PORT_BASE + 510),
-    "MODELOPS_TRITON_HTTP_PORT": str(PORT_BASE + 300),
-    "MODELOPS_TRITON_GRPC_PORT": str(PORT_BASE + 301),
-    "MODELOPS_TRITON_METRICS_PORT": str(PORT_BASE + 302),
-    "MODELOPS_AIRFLOW_PORT": str(PORT_BASE + 380),
-    "MODELOPS_AIRFLOW_WORKER_LOG_PORT": str(PORT_BASE + 393),
-    "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": str(PORT_BASE + 394),
-    "MODELOPS_GATEWAY_PORT": str(PORT_BASE + 400),
-    "MODELOPS_POSTGRES_PORT": str(PORT_BASE + 532),
+    **stack_port_env(PORT_BASE),
     "MODELOPS_FEEDBACK_SECRET": "modelops-bench-canary-feedback-secret",
     "MODELOPS_NOTIFY_URLS": "",
 }

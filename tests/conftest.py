@@ -16,22 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from modelops.config import Settings
+from modelops.config import Settings, stack_port_env
 from tests.support.receiver import NotificationReceiver
 
 # Below the ephemeral port range (32768+), so outgoing connections never hold a test port.
 _BASE = int(os.environ.get("MODELOPS_TEST_PORT_BASE", "24000"))  # another base runs a second suite beside
 TEST_ENV = {
-    "MODELOPS_S3_PORT": str(_BASE + 310),
-    "MODELOPS_MLFLOW_PORT": str(_BASE + 510),
-    "MODELOPS_TRITON_HTTP_PORT": str(_BASE + 300),
-    "MODELOPS_TRITON_GRPC_PORT": str(_BASE + 301),
-    "MODELOPS_TRITON_METRICS_PORT": str(_BASE + 302),
-    "MODELOPS_AIRFLOW_PORT": str(_BASE + 380),
-    "MODELOPS_AIRFLOW_WORKER_LOG_PORT": str(_BASE + 393),
-    "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": str(_BASE + 394),
-    "MODELOPS_GATEWAY_PORT": str(_BASE + 400),
-    "MODELOPS_POSTGRES_PORT": str(_BASE + 532),
+    **stack_port_env(_BASE),
     "MODELOPS_AIRFLOW_PASSWORD": "modelops-test",
     "MODELOPS_FEEDBACK_SECRET": "modelops-test-feedback-secret",
 }

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 from modelops.errors import ConfigError
 
@@ -271,10 +272,8 @@ class Settings:
     @property
     def triton_metrics_url(self) -> str:
         """Triton's Prometheus metrics: the host of MODELOPS_TRITON_URL (or the bind host), the metrics port."""
-        host = self.bind_host
-        if self.triton_url:
-            host = re.sub(r"^[a-z][a-z0-9+.\-]*://", "", self.triton_url).split("/", 1)[0].rsplit(":", 1)[0]
-        return f"http://{host}:{self.triton_metrics_port}/metrics"
+        host = urlsplit(self.triton_url).hostname if self.triton_url else None
+        return f"http://{host or self.bind_host}:{self.triton_metrics_port}/metrics"
 
     @property
     def airflow_api_url(self) -> str:
@@ -344,6 +343,20 @@ def _check_distinct_ports(values: Mapping[str, Any], problems: list[str]) -> Non
                     f"{setting.env}={port}: must differ from {seen[port]} (each server needs its own port)"
                 )
             seen.setdefault(port, setting.env)
+
+
+#: Port of each server relative to a base (``stack_port_env``): one layout for tests and benchmarks.
+STACK_PORT_OFFSETS = {
+    "MODELOPS_S3_PORT": 310, "MODELOPS_MLFLOW_PORT": 510, "MODELOPS_TRITON_HTTP_PORT": 300,
+    "MODELOPS_TRITON_GRPC_PORT": 301, "MODELOPS_TRITON_METRICS_PORT": 302, "MODELOPS_AIRFLOW_PORT": 380,
+    "MODELOPS_AIRFLOW_WORKER_LOG_PORT": 393, "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": 394,
+    "MODELOPS_GATEWAY_PORT": 400, "MODELOPS_POSTGRES_PORT": 532,
+}
+
+
+def stack_port_env(base: int) -> dict[str, str]:
+    """The port variables of a whole stack placed at ``base`` (e.g. 24000 → S3 on 24310), beside others."""
+    return {env: str(base + offset) for env, offset in STACK_PORT_OFFSETS.items()}
 
 
 @lru_cache(maxsize=1)

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from modelops.config import load_settings
+from modelops.config import load_settings, stack_port_env
 from modelops.stack import launcher, process
 
 pytestmark = pytest.mark.integration
@@ -22,11 +22,7 @@ def test_mlflow_runs_on_a_private_postgresql_cluster() -> None:
 
     base = int(os.environ.get("MODELOPS_TEST_PORT_BASE", "24000")) + 2000  # beside the shared test stack
     home = tempfile.mkdtemp(prefix="modelops-pg-")
-    env = {**os.environ, "MODELOPS_HOME": home, "MODELOPS_MLFLOW_BACKEND": "postgresql",
-           "MODELOPS_S3_PORT": str(base + 310), "MODELOPS_MLFLOW_PORT": str(base + 510),
-           "MODELOPS_POSTGRES_PORT": str(base + 532), "MODELOPS_TRITON_HTTP_PORT": str(base + 300),
-           "MODELOPS_TRITON_GRPC_PORT": str(base + 301), "MODELOPS_TRITON_METRICS_PORT": str(base + 302),
-           "MODELOPS_AIRFLOW_PORT": str(base + 380), "MODELOPS_GATEWAY_PORT": str(base + 400)}
+    env = {**os.environ, "MODELOPS_HOME": home, "MODELOPS_MLFLOW_BACKEND": "postgresql", **stack_port_env(base)}
     cfg = load_settings(env)
     try:
         states = {s.name: s.state for s in launcher.up(cfg, progress=lambda line: None, only=["mlflow"])}

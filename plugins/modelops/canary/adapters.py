@@ -43,6 +43,12 @@ class BlobStore(Protocol):
     def put_bytes(self, key: str, data: bytes, *, content_type: str = ...) -> str: ...
 
 
+def current_routes(store: BlobStore, model: str) -> Routes | None:
+    """The model's routes document in the object store, or None before its first release."""
+    key = routes_key(model)
+    return load_routes(store.get_bytes(key)) if store.exists(key) else None
+
+
 def next_routes(current: Routes | None, model: str, stable: VersionRef, canary: VersionRef | None, weight: float,
                 by: str, now: datetime) -> Routes:
     """The routes document that follows ``current`` (its revision + 1)."""
@@ -97,10 +103,9 @@ class ObjectStoreRoutes:
     last_down: tuple[str, ...] = ()
 
     def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str) -> float:
-        key = routes_key(model)
-        current = load_routes(self.store.get_bytes(key)) if self.store.exists(key) else None
-        routes = next_routes(current, model, stable, canary, weight, by, datetime.fromtimestamp(self.clock(), UTC))
-        self.store.put_bytes(key, serialize_routes(routes), content_type="application/json")
+        now = datetime.fromtimestamp(self.clock(), UTC)
+        routes = next_routes(current_routes(self.store, model), model, stable, canary, weight, by, now)
+        self.store.put_bytes(routes_key(model), serialize_routes(routes), content_type="application/json")
         return self.wait(model, routes.revision)
 
     def wait(self, model: str, revision: int) -> float:
