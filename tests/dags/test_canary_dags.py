@@ -191,3 +191,37 @@ def test_release_cli_parses_start_and_control_commands() -> None:
                   {"name": "error_rate", "verdict": "passed"}]}, "mttr_s": None}
     assert progress_line("running", status) == ("run running | canary v4 vs v3: progressing at 25%, 1 analyses, "
                                                 "0 failed | last: passed (error_rate passed)")
+
+
+class _StoredBlobs(_Blobs):
+    def exists(self, key: str) -> bool:
+        return key in self.data
+
+    def get_bytes(self, key: str) -> bytes:
+        return self.data[key]
+
+
+def test_a_retried_try_finds_the_release_that_ended_in_this_run() -> None:
+    """After a promotion the routes serve the canary as stable; a retry must end from the checkpoint."""
+    import dataclasses
+    from datetime import UTC, datetime
+    from types import SimpleNamespace
+
+    from modelops.canary.adapters import ObjectStoreStatusStore, checkpoint_key
+    from modelops.canary.operator import Wiring, _ended_in_this_run
+    from modelops.canary.runner import Checkpoint
+    from modelops.canary.status import CanaryStatus, Phase
+
+    store = _StoredBlobs()
+    wiring = Wiring(None, store, "m", 2, None, ("http://gw",))
+    context = {"dag_run": SimpleNamespace(start_date=datetime.fromtimestamp(1000.0, UTC))}
+    assert _ended_in_this_run(context, wiring) is None  # no checkpoint: a first release
+    status = CanaryStatus(model="m", stable_version=1, canary_version=2, started_at=1005.0, updated_at=1005.0)
+    checkpoints = ObjectStoreStatusStore(store, checkpoint_key("m", 2))
+    checkpoints.save(Checkpoint(dataclasses.replace(status, phase=Phase.PROGRESSING)))
+    assert _ended_in_this_run(context, wiring) is None  # still running: not ended
+    checkpoints.save(Checkpoint(dataclasses.replace(status, phase=Phase.PROMOTED)))
+    ended = _ended_in_this_run(context, wiring)
+    assert ended is not None and (ended.phase, ended.stable_version) == (Phase.PROMOTED, 1)
+    checkpoints.save(Checkpoint(dataclasses.replace(status, phase=Phase.PROMOTED, started_at=900.0)))
+    assert _ended_in_this_run(context, wiring) is None  # an earlier run's release

@@ -141,9 +141,9 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
         ObjectStoreStatusStore,
         TritonServing,
         checkpoint_key,
+        current_routes,
     )
     from modelops.config import settings
-    from modelops.gateway.routes import load_routes, routes_key
     from modelops.notify.apprise_notifier import default_notifier
     from modelops.objectstore import ObjectStore
     from modelops.registry.mlflow_registry import MlflowRegistry
@@ -157,8 +157,7 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
     if release_dict is not None:
         release = Release.from_dict(release_dict)
     else:
-        key = routes_key(model)
-        current = load_routes(store.get_bytes(key)) if store.exists(key) else None
+        current = current_routes(store, model)
         if current is None or current.stable.version == canary.triton_version:
             return Wiring(None, store, model, canary.triton_version, source, urls)
         stable = VersionRef(current.stable.version, current.stable.sha256,
@@ -228,6 +227,13 @@ class CanaryOperator(BaseOperator):
         spec = spec_from_params(context["params"])
         wiring = wire(self.candidate, self.published, spec, self.gateway_urls)
         if wiring.runner is None:
+            # A retried try of a release that already ended (promoted: the routes now serve the canary
+            # as the stable version) ends from its checkpoint, not as a first release.
+            ended = _ended_in_this_run(context, wiring)
+            if ended is not None:
+                self.log.info("canary %s v%d already ended in an earlier try: %s", wiring.model,
+                              wiring.canary_version, ended.phase.value)
+                return self._finish(context, ended)
             return self._first_release(context, wiring)
         runner = wiring.runner
         saved = runner.store.load()
@@ -321,9 +327,8 @@ class CanaryOperator(BaseOperator):
         if opened is None:
             opened = wiring.source.open_window(wiring.model, time.time())
         release = wiring.runner.release.to_dict() if wiring.runner is not None else None
-        urls = list(self.gateway_urls or wiring.gateway_urls)
         self.defer(trigger=CanaryIntervalTrigger(float(opened["at"]) + spec.interval_s, wiring.model,
-                                                 wiring.canary_version, gateway_urls=urls),
+                                                 wiring.canary_version, gateway_urls=list(wiring.gateway_urls)),
                    method_name="execute_window", kwargs={"opened": opened, "release": release})
 
     def _finish(self, context: Any, status: CanaryStatus) -> dict[str, Any]:
@@ -331,18 +336,13 @@ class CanaryOperator(BaseOperator):
 
     def _first_release(self, context: Any, wiring: Wiring) -> dict[str, Any]:
         """No routes yet (the model's first release) or the version already serves: route it 100 %, promote."""
-        from modelops.canary.adapters import ObjectStoreRoutes
-        from modelops.config import settings
-        from modelops.gateway.routes import load_routes, routes_key
+        from modelops.canary.adapters import ObjectStoreRoutes, current_routes
         from modelops.registry.mlflow_registry import MlflowRegistry
 
-        key = routes_key(wiring.model)
         ref = VersionRef(int(self.published["triton_version"]), str(self.published["sha256"]),
                          str(self.candidate["version"]))
-        current = load_routes(wiring.store.get_bytes(key)) if wiring.store.exists(key) else None
-        if current is None:
-            urls = tuple(self.gateway_urls or settings().gateway_url_list)
-            ObjectStoreRoutes(wiring.store, urls).apply(wiring.model, ref, None, 0.0, "modelops")
+        if current_routes(wiring.store, wiring.model) is None:
+            ObjectStoreRoutes(wiring.store, wiring.gateway_urls).apply(wiring.model, ref, None, 0.0, "modelops")
             note = f"{wiring.model} v{ref.triton_version}: first release, routed 100% (no stable version to compare)"
         else:
             note = f"{wiring.model} v{ref.triton_version}: already the stable version, nothing to canary"
@@ -354,6 +354,18 @@ class CanaryOperator(BaseOperator):
             self.log.warning("could not set the run note: %s", exc)
         return {"model": wiring.model, "canary_version": ref.triton_version, "phase": "promoted", "weight": 1.0,
                 "reason": note, "mttr_s": None, "summary": note}
+
+
+def _ended_in_this_run(context: Any, wiring: Wiring) -> CanaryStatus | None:
+    """The status of this run's release of the canary version when it has already ended, else None."""
+    from modelops.canary.adapters import ObjectStoreStatusStore, checkpoint_key
+
+    saved = ObjectStoreStatusStore(wiring.store, checkpoint_key(wiring.model, wiring.canary_version)).load()
+    run_start = context["dag_run"].start_date
+    if saved is None or not saved.status.phase.terminal or run_start is None \
+            or saved.status.started_at < run_start.timestamp():
+        return None
+    return saved.status
 
 
 def _traffic_hint(spec: CanarySpec) -> list[str]:
@@ -447,16 +459,14 @@ class RetirePreviousStable(BaseOperator):
 
     def retire(self, context: Any, event: Mapping[str, Any] | None = None,
                result: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        from modelops.canary.adapters import current_routes
         from modelops.config import settings
-        from modelops.gateway.routes import load_routes, routes_key
         from modelops.objectstore import ObjectStore
         from modelops.serving.api import unload_version
 
         assert result is not None
         model, previous = str(result["model"]), int(result["stable_version"])
-        store = ObjectStore.from_settings(settings())
-        key = routes_key(model)
-        routed = routed_versions(load_routes(store.get_bytes(key)) if store.exists(key) else None)
+        routed = routed_versions(current_routes(ObjectStore.from_settings(settings()), model))
         if previous in routed:
             self.log.info("%s v%d is routed again (%s): kept loaded", model, previous, sorted(routed))
             return {"model": model, "version": previous, "unloaded": False, "served": None}
