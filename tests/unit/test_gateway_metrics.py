@@ -7,7 +7,8 @@ import math
 import numpy as np
 import pytest
 
-from modelops.gateway.metrics import CollapseWatch, Registry, ScoreWindow
+from modelops.gateway.metrics import CollapseWatch, Registry, ScoreWindow, route_weights
+from modelops.gateway.routes import Routes, VersionRef
 
 
 def test_render_counters_gauges_and_histograms() -> None:
@@ -56,3 +57,16 @@ def test_collapse_needs_traffic() -> None:
     watch = CollapseWatch(threshold=0.005, hold_s=0, min_scores=10)
     assert not watch.observe("rec/3", 5, 0.0, 0.0)
     assert watch.observe("rec/3", 10, 0.0, 1.0)
+
+
+def test_route_weights_split_traffic_and_forget_unrouted_versions() -> None:
+    stable, canary = VersionRef(3, "a" * 64), VersionRef(4, "b" * 64)
+    split = Routes("rec", 7, stable, canary, 0.25, "", "")
+    alone = Routes("other", 2, VersionRef(1, "c" * 64), None, 0.0, "", "")
+    assert route_weights([split, alone]) == {
+        (("model", "rec"), ("version", "3"), ("variant", "stable")): 0.75,
+        (("model", "rec"), ("version", "4"), ("variant", "canary")): 0.25,
+        (("model", "other"), ("version", "1"), ("variant", "stable")): 1.0,
+    }
+    assert route_weights([Routes("rec", 8, canary, None, 0.0, "", "")]) == {
+        (("model", "rec"), ("version", "4"), ("variant", "stable")): 1.0}

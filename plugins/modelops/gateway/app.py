@@ -37,7 +37,7 @@ from modelops.features import feature_names, load_features
 from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
 from modelops.gateway.eventlog import EventLogs, SpoolConfig, feedback_record, prediction_record, scored_record
 from modelops.gateway.inference import TritonFailed, TritonHTTP, TritonUnavailable
-from modelops.gateway.metrics import CollapseWatch, Labels, Registry, ScoreWindow
+from modelops.gateway.metrics import CollapseWatch, Labels, Registry, ScoreWindow, route_weights
 from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
 from modelops.gateway.openapi import FEEDBACK_SCHEMA, build_openapi
 from modelops.gateway.routes import (
@@ -179,6 +179,8 @@ class Gateway:
         self.m_feature_errors = r.gauge("modelops_gateway_feature_reload_errors",
                                         "Failed feature snapshot reloads since start.")
         self.m_routes_revision = r.gauge("modelops_gateway_routes_revision", "Applied routes revision by model.")
+        self.m_route_weight = r.gauge("modelops_gateway_route_weight",
+                                      "Share of traffic the applied routes send to a model version, by variant.")
         self.m_routes_errors = r.counter("modelops_gateway_routes_errors_total",
                                          "Unreadable, invalid or stale routes documents by model.")
         self.m_backlog_bytes = r.gauge("modelops_gateway_spool_backlog_bytes",
@@ -266,6 +268,7 @@ class Gateway:
         self.routes_loaded = True
         for model, routes in updated.items():
             self.m_routes_revision.set((("model", model),), float(routes.revision))
+        self.m_route_weight.values = route_weights(updated.values())  # one assignment, like the table
 
     async def _watch_loop(self) -> None:
         from modelops.notify.apprise_notifier import AppriseNotifier

@@ -13,6 +13,10 @@ import math
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from modelops.gateway.routes import Routes
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -122,6 +126,24 @@ class Registry:
 
     def render(self) -> str:
         return "\n".join(line for family in self._families for line in family.render()) + "\n"
+
+
+def route_weights(table: Iterable[Routes]) -> dict[Labels, float]:
+    """``modelops_gateway_route_weight`` values: the traffic share of each routed version.
+
+    The stable version gets ``1 - canary_weight`` (all of it without a canary), the canary
+    ``canary_weight``. Only routed versions have a series, so a version the routes dropped
+    disappears from ``/metrics``.
+    """
+    weights: dict[Labels, float] = {}
+    for routes in table:
+        shares = [("stable", routes.stable.version, 1.0 - (routes.canary_weight if routes.canary else 0.0))]
+        if routes.canary is not None:
+            shares.append(("canary", routes.canary.version, routes.canary_weight))
+        for variant, version, share in shares:
+            labels = (("model", routes.model), ("version", str(version)), ("variant", variant))
+            weights[labels] = weights.get(labels, 0.0) + share
+    return weights
 
 
 @dataclass
