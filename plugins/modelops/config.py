@@ -211,6 +211,9 @@ SETTINGS: tuple[Setting, ...] = (
             "PromQL label matchers of the gateway and Triton scrape targets (a target down in the window makes "
             "the analysis inconclusive). Empty: the targets that exported the model's series in the last hour.",
             example='job=~"modelops-gateway|triton"'),
+    Setting("pushgateway_url", "MODELOPS_PUSHGATEWAY_URL", _optional_url, "",
+            "Prometheus Pushgateway base URL: nightly_drift, feedback_join and the release phase push their "
+            "results there. Empty: nothing is pushed.", example="http://pushgateway:9091"),
 )
 
 
@@ -255,6 +258,7 @@ class Settings:
     canary_metrics: str
     prometheus_url: str
     prometheus_up_selector: str
+    pushgateway_url: str
 
     # Derived values: the embedded defaults unless an explicit URL was configured.
     @property
