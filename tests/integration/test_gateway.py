@@ -225,13 +225,17 @@ def test_contract_errors_are_400_and_never_reach_triton(gateway: GatewayProcess,
     for bad in ({**good_body(), "user_id": "a b"}, {**good_body(), "extra": 1}, {"user_id": "u"},
                 {**good_body(), "timestamp": "now"}, [1, 2]):
         assert predict(gateway, MODEL, bad).status_code == 400
+    # ECMA-262 patterns: $ is the end of the input, so a trailing newline is refused (Python re let it in).
+    response = predict(gateway, MODEL, {**good_body(), "user_id": "u1\n"})
+    assert response.status_code == 400, response.text
+    assert (response.json()["field"], response.json()["rule"]) == ("user_id", "pattern ^[A-Za-z0-9_-]+$")
     response = requests.post(f"{gateway.url}/v1/models/{MODEL}/predict", data=b"{not json",
                              headers={"Content-Type": "application/json"}, timeout=5)
     assert response.status_code == 400 and response.json()["error"] == "invalid_json"
     assert predict(gateway, MODEL, good_body(), **{"Inference-Timeout": "soon"}).status_code == 400
     assert triton_inference_count(triton, MODEL) == before
     metrics = requests.get(f"{gateway.url}/metrics", timeout=5).text
-    assert f'modelops_gateway_errors_total{{model="{MODEL}",version="none",class="contract"}} 8' in metrics
+    assert f'modelops_gateway_errors_total{{model="{MODEL}",version="none",class="contract"}} 9' in metrics
 
 
 def test_size_type_and_unknown_model(gateway: GatewayProcess) -> None:

@@ -18,6 +18,7 @@ from modelops.contracts.custom_expectations import (
     element_lengths_ok,
     list_length_ok,
 )
+from modelops.contracts.ecma import portable_pattern
 from modelops.contracts.validation import ValidationReport, validate
 from modelops.errors import ContractError
 from modelops.features import load_features
@@ -40,7 +41,7 @@ def test_request_suite_has_one_expectation_per_schema_rule() -> None:
     user = PROPS["user_id"]
     lengths = found[("expect_column_value_lengths_to_be_between", "user_id")]
     assert (lengths.min_value, lengths.max_value) == (user["minLength"], user["maxLength"])
-    assert found[("expect_column_values_to_match_regex", "user_id")].regex == user["pattern"]
+    assert found[("expect_column_values_to_match_regex", "user_id")].regex == portable_pattern(user["pattern"])
     items = found[("expect_column_list_lengths_to_be_between", "item_ids")]
     assert (items.min_value, items.max_value) == (PROPS["item_ids"]["minItems"], PROPS["item_ids"]["maxItems"])
     elements = found[("expect_column_list_element_lengths_to_be_between", "item_ids")]
@@ -58,7 +59,7 @@ def test_generator_follows_the_schema_not_constants() -> None:
     schema["properties"]["user_id"]["pattern"] = "^u_[0-9]+$"
     found = _by_type(suites.request_suite_from_schema(schema))
     assert found[("expect_column_list_lengths_to_be_between", "item_ids")].max_value == 7
-    assert found[("expect_column_values_to_match_regex", "user_id")].regex == "^u_[0-9]+$"
+    assert found[("expect_column_values_to_match_regex", "user_id")].regex == "^u_[0-9]+(?![\\s\\S])"
 
 
 @pytest.mark.parametrize(
@@ -142,6 +143,8 @@ BROKEN = [
     ("user_id", None, "expect_column_values_to_not_be_null"),
     ("user_id", "u" * 65, "expect_column_value_lengths_to_be_between"),
     ("user_id", "u 1", "expect_column_values_to_match_regex"),
+    ("user_id", "u1\n", "expect_column_values_to_match_regex"),  # ECMA-262: $ is the end, not before a newline
+    ("user_id", "u\u0661", "expect_column_values_to_match_regex"),  # an Arabic-Indic digit: not in [0-9]
     ("item_ids", None, "expect_column_values_to_not_be_null"),
     ("item_ids", [], "expect_column_list_lengths_to_be_between"),
     ("item_ids", [f"i_{k}" for k in range(51)], "expect_column_list_lengths_to_be_between"),

@@ -6,6 +6,10 @@
   whose ``meta.rule`` names the JSON pointer of the rule it checks; a constraining
   keyword the generator does not understand raises :class:`ContractError` instead of
   being skipped.
+  A ``pattern`` is ECMA-262 (``$`` is the end of the input, ``\\d`` is ASCII); GX runs it
+  with Python ``re`` (pandas) or Java (Spark), so it is handed over rewritten by
+  :func:`~modelops.contracts.ecma.portable_pattern`, the same rewrite the gateway uses:
+  ``"u1\\n"`` fails ``^[A-Za-z0-9_-]+$`` in every engine.
 * The **feature suite** is generated from ``expectations/features.yaml`` (column
   exists, float type, values in [min, max], not null ``mostly`` :data:`FEATURE_NOT_NULL_MOSTLY`)
   and merged with the hand-written expectations in ``expectations/suites/features.custom.json``.
@@ -48,6 +52,7 @@ from modelops.config import PROJECT_ROOT
 # Imported for its side effect: registers the custom list expectations with GX, so that
 # suites naming them keep them when loaded (GX drops unknown types with only a log line).
 from modelops.contracts import custom_expectations as cx
+from modelops.contracts.ecma import portable_pattern
 from modelops.errors import ContractError
 from modelops.features import DEFAULT_FEATURES_FILE, Feature, load_features
 
@@ -152,7 +157,7 @@ def _property_expectations(name: str, spec: Mapping[str, Any]) -> list[Expectati
             out.append(
                 ExpectColumnValuesToMatchRegex(
                     column=name,
-                    regex=spec["pattern"],
+                    regex=portable_pattern(str(spec["pattern"])),
                     meta=_meta(f"{pointer}/pattern", f"pattern {spec['pattern']}"),
                 )
             )

@@ -1,38 +1,49 @@
-"""The edge contract: ``expectations/request.schema.json`` compiled once into fast checks.
+"""The edge contract: ``expectations/request.schema.json`` checked exactly as JSON Schema 2020-12 says.
 
-The JSON Schema file is the single source. :func:`compile_schema` turns the subset of
-JSON Schema 2020-12 keywords the contract uses into a tree of small closures, so a
-request is checked with plain Python comparisons instead of a generic validator
-(``jsonschema`` costs tens of microseconds per document; these checks a few). A keyword
-the compiler does not know is refused at compile time, never silently ignored, and a
-unit test proves that the compiled checks agree with ``jsonschema`` on many generated
-documents.
+The JSON Schema file is the single source. The decision is jsonschema-rs's (full
+2020-12, ECMA-262 patterns; about a microsecond per request, cheaper than the
+hand-written closures it replaced, which used Python ``re`` and so accepted
+``"u1\\n"`` for ``^[A-Za-z0-9_-]+$``). Patterns are first rewritten by
+:func:`modelops.contracts.ecma.portable_pattern`, the same rewrite the GX request suite
+uses, so the gateway, ``modelops contracts validate`` and the nightly Spark check read a
+pattern the same way. A keyword outside the 2020-12 vocabulary (a typo such as
+``maxlength``) is refused when the contract loads, never silently ignored.
 
-The first violation found is reported as a :class:`Violation`: the field (``item_ids[3]``),
+The first violation is reported as a :class:`Violation`: the field (``item_ids[3]``),
 the rule (``maxLength 32``), the offending value and a message with an example.
 """
 
 from __future__ import annotations
 
+import copy
 import json
 import math
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import jsonschema_rs
+
 from modelops.config import PROJECT_ROOT
+from modelops.contracts.ecma import portable_pattern
 from modelops.errors import ContractError
 
 DEFAULT_SCHEMA_FILE = PROJECT_ROOT / "expectations" / "request.schema.json"
 
-_ANNOTATIONS = frozenset({"$schema", "$id", "$comment", "title", "description", "examples", "default"})
-_SUPPORTED = frozenset({
-    "type", "properties", "required", "additionalProperties", "minLength", "maxLength", "pattern",
-    "minItems", "maxItems", "items", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum",
-    "enum", "const",
-}) | _ANNOTATIONS
+_SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "dependentSchemas"})
+_SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
+_SCHEMA_ONE = frozenset({"items", "additionalProperties", "not", "contains", "propertyNames", "if", "then",
+                         "else", "unevaluatedItems", "unevaluatedProperties"})
+_VOCABULARY = _SCHEMA_MAPS | _SCHEMA_LISTS | _SCHEMA_ONE | frozenset({
+    "$schema", "$id", "$ref", "$anchor", "$dynamicRef", "$dynamicAnchor", "$vocabulary", "$comment",
+    "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum", "exclusiveMinimum",
+    "maxLength", "minLength", "pattern", "maxItems", "minItems", "uniqueItems", "maxContains", "minContains",
+    "maxProperties", "minProperties", "required", "dependentRequired", "format", "contentEncoding",
+    "contentMediaType", "contentSchema", "title", "description", "default", "deprecated", "readOnly",
+    "writeOnly", "examples",
+})
+"""The JSON Schema 2020-12 keywords (core, applicator, unevaluated, validation, format, content, meta-data)."""
 _SHOWN_VALUE_CHARS = 200
 
 
@@ -91,238 +102,132 @@ def _json_type(value: Any) -> str:
     return type(value).__name__
 
 
-def _is_type(value: Any, name: str) -> bool:
-    """JSON Schema type test (2020-12: 1.0 is an integer, a boolean is not a number)."""
-    if name == "integer":
-        if isinstance(value, bool):
-            return False
-        return isinstance(value, int) or (isinstance(value, float) and value.is_integer())
-    if name == "number":
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    return _json_type(value) == name
+def _portable(schema: Any, where: str) -> Any:
+    """A copy of ``schema`` with every keyword checked and every pattern made portable."""
+    if isinstance(schema, bool):
+        return schema
+    if not isinstance(schema, Mapping):
+        raise ContractError(f"request schema {where}: a schema must be an object or a boolean, "
+                            f"got {type(schema).__name__}")
+    unknown = sorted(set(schema) - _VOCABULARY)
+    if unknown:
+        raise ContractError(f"request schema {where}: keywords {unknown} are not JSON Schema 2020-12 "
+                            "keywords (a misspelt rule would be ignored; example: maxLength, not maxlength)")
+    out = dict(schema)
+    if isinstance(out.get("pattern"), str):
+        out["pattern"] = portable_pattern(out["pattern"])
+    for key, value in schema.items():
+        if key in _SCHEMA_MAPS and isinstance(value, Mapping):
+            out[key] = {name: _portable(sub, f"{where}/{key}/{name}") for name, sub in value.items()}
+        elif key in _SCHEMA_LISTS and isinstance(value, list):
+            out[key] = [_portable(sub, f"{where}/{key}/{index}") for index, sub in enumerate(value)]
+        elif key in _SCHEMA_ONE:
+            out[key] = _portable(value, f"{where}/{key}")
+    return out
 
 
-def _example(schema: Mapping[str, Any]) -> str:
-    examples = schema.get("examples")
+def _at(schema: Any, pointer: list[str | int]) -> Any:
+    node = schema
+    for part in pointer:
+        node = node[part] if isinstance(node, Mapping) or isinstance(part, int) else node[int(part)]
+    return node
+
+
+def _example(schema: Any) -> str:
+    examples = schema.get("examples") if isinstance(schema, Mapping) else None
     if isinstance(examples, list) and examples:
         return f" (example: {json.dumps(examples[0])})"
     return ""
+
+
+def _field(path: list[str | int]) -> str:
+    text = "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in path).lstrip(".")
+    return text or "$"
 
 
 def _child(path: str, key: str) -> str:
     return key if path == "$" else f"{path}.{key}"
 
 
+def _violation(error: Any, schema: Mapping[str, Any], base: str) -> Violation:
+    """The people-facing violation for one jsonschema-rs error (the rule as written in ``schema``)."""
+    keyword = str(error.schema_path[-1]) if error.schema_path else "false"
+    parent = _at(schema, list(error.schema_path[:-1]))
+    parameter = parent.get(keyword) if isinstance(parent, Mapping) else None
+    relative = _field(list(error.instance_path))
+    if relative == "$":
+        field = base
+    elif base == "$":
+        field = relative
+    else:
+        field = f"{base}{relative}" if relative.startswith("[") else f"{base}.{relative}"
+    value = error.instance
+    example = _example(parent)
+    name = type(error.kind).__name__
+    if name == "Required":
+        missing = str(error.kind.property)
+        where = _child(field, missing)
+        sub = parent.get("properties", {}).get(missing) if isinstance(parent, Mapping) else None
+        return Violation(where, "required", None, f"{where} is required{_example(sub)}")
+    if name == "AdditionalProperties":
+        extra = str(error.kind.unexpected[0])
+        where = _child(field, extra)
+        allowed = sorted(parent.get("properties", {})) if isinstance(parent, Mapping) else []
+        return Violation(where, "additionalProperties false", value[extra],
+                         f"{where} is not allowed; allowed fields: {allowed}")
+    shown = parameter if isinstance(parameter, str) or type(parameter) in (int, float) else json.dumps(parameter)
+    rule = f"{keyword} {shown}"
+    if name == "Type":
+        names = [str(n) for n in (parameter if isinstance(parameter, list) else [parameter])]
+        rule = "type " + "|".join(names)
+        message = f"{field} must be of type {'|'.join(names)}, got {_json_type(value)}{example}"
+    elif name == "MinLength":
+        message = f"{field} must have at least {parameter} characters{example}"
+    elif name == "MaxLength":
+        message = f"{field} must have at most {parameter} characters, got {len(value)}{example}"
+    elif name == "Pattern":
+        message = f"{field} must match {parameter}{example}"
+    elif name == "MinItems":
+        message = f"{field} must have at least {parameter} items{example}"
+    elif name == "MaxItems":
+        value = f"<{len(value)} items>"
+        message = f"{field} must have at most {parameter} items, got {len(error.instance)}"
+    elif name in ("Minimum", "Maximum", "ExclusiveMinimum", "ExclusiveMaximum"):
+        sign = {"Minimum": ">=", "Maximum": "<=", "ExclusiveMinimum": ">", "ExclusiveMaximum": "<"}[name]
+        message = f"{field} must be {sign} {parameter}{example}"
+    elif name in ("Enum", "Constant"):
+        options: Any = [parameter] if name == "Constant" else parameter
+        rule = f"const {json.dumps(parameter)}" if name == "Constant" else f"enum {json.dumps(parameter)}"
+        message = f"{field} must be one of {json.dumps(options)}"
+    else:
+        message = f"{field}: {error.message}{example}"
+    return Violation(field, rule, value, message)
+
+
 def compile_schema(schema: Mapping[str, Any], *, where: str = "#") -> Check:
-    """Compile a JSON Schema (the contract's subset of 2020-12) into one check.
+    """Compile a JSON Schema 2020-12 document into one check (``(value, path) -> Violation | None``).
 
     Raises:
-        ContractError: the schema uses a keyword this compiler does not implement.
+        ContractError: the schema uses a keyword outside 2020-12, an invalid regex or a pattern
+            without a portable spelling.
     """
-    unknown = sorted(set(schema) - _SUPPORTED)
-    if unknown:
-        raise ContractError(
-            f"request schema {where}: keywords {unknown} are not supported by the gateway's compiler "
-            f"(supported: {sorted(_SUPPORTED - _ANNOTATIONS)})"
-        )
-    checks: list[Check] = []
-    example = _example(schema)
-    if "type" in schema:
-        checks.append(_type_check(schema["type"], example))
-    if "enum" in schema or "const" in schema:
-        checks.append(_enum_check(schema, example))
-    checks.extend(_string_checks(schema, example))
-    checks.extend(_number_checks(schema, example))
-    checks.extend(_array_checks(schema, example, where))
-    checks.extend(_object_checks(schema, where))
-    if len(checks) == 1:
-        return checks[0]
-
-    def check_all(value: Any, path: str) -> Violation | None:
-        for check in checks:
-            found = check(value, path)
-            if found is not None:
-                return found
-        return None
-
-    return check_all
-
-
-def _type_check(type_: Any, example: str) -> Check:
-    names = [type_] if isinstance(type_, str) else list(type_)
-    rule = "type " + "|".join(names)
+    original = copy.deepcopy(dict(schema))
+    try:
+        validator = jsonschema_rs.Draft202012Validator(_portable(original, where))
+    except (jsonschema_rs.ValidationError, ValueError) as exc:
+        raise ContractError(f"request schema {where}: not a valid JSON Schema 2020-12 document: {exc}") from exc
+    is_valid = validator.is_valid
 
     def check(value: Any, path: str) -> Violation | None:
-        for name in names:
-            if _is_type(value, name):
+        try:
+            if is_valid(value):
                 return None
-        return Violation(path, rule, value, f"{path} must be of type {'|'.join(names)}, "
-                                            f"got {_json_type(value)}{example}")
+            error = next(iter(validator.iter_errors(value)))
+        except ValueError as exc:  # a Python value JSON cannot carry (never from a parsed body)
+            return Violation(path, "type", None, f"{path}: not a JSON value ({exc})")
+        return _violation(error, original, path)
 
     return check
-
-
-def _enum_check(schema: Mapping[str, Any], example: str) -> Check:
-    allowed = [schema["const"]] if "const" in schema else list(schema["enum"])
-    rule = f"const {json.dumps(allowed[0])}" if "const" in schema else f"enum {json.dumps(allowed)}"
-
-    def same(a: Any, b: Any) -> bool:
-        return (_json_type(a) == _json_type(b) and a == b) or (
-            _is_type(a, "number") and _is_type(b, "number") and a == b)
-
-    def check(value: Any, path: str) -> Violation | None:
-        if any(same(value, option) for option in allowed):
-            return None
-        return Violation(path, rule, value, f"{path} must be one of {json.dumps(allowed)}")
-
-    return check
-
-
-def _string_checks(schema: Mapping[str, Any], example: str) -> list[Check]:
-    checks: list[Check] = []
-    if "minLength" in schema:
-        lo = int(schema["minLength"])
-
-        def min_length(value: Any, path: str) -> Violation | None:
-            if isinstance(value, str) and len(value) < lo:
-                return Violation(path, f"minLength {lo}", value,
-                                 f"{path} must have at least {lo} characters{example}")
-            return None
-
-        checks.append(min_length)
-    if "maxLength" in schema:
-        hi = int(schema["maxLength"])
-
-        def max_length(value: Any, path: str) -> Violation | None:
-            if isinstance(value, str) and len(value) > hi:
-                return Violation(path, f"maxLength {hi}", value,
-                                 f"{path} must have at most {hi} characters, got {len(value)}{example}")
-            return None
-
-        checks.append(max_length)
-    if "pattern" in schema:
-        pattern = str(schema["pattern"])
-        search = re.compile(pattern).search  # JSON Schema patterns are unanchored searches
-
-        def match(value: Any, path: str) -> Violation | None:
-            if isinstance(value, str) and search(value) is None:
-                return Violation(path, f"pattern {pattern}", value,
-                                 f"{path} must match {pattern}{example}")
-            return None
-
-        checks.append(match)
-    return checks
-
-
-def _number_checks(schema: Mapping[str, Any], example: str) -> list[Check]:
-    checks: list[Check] = []
-    bounds: list[tuple[str, Callable[[float, float], bool], str]] = [
-        ("minimum", lambda v, b: v >= b, ">="), ("maximum", lambda v, b: v <= b, "<="),
-        ("exclusiveMinimum", lambda v, b: v > b, ">"), ("exclusiveMaximum", lambda v, b: v < b, "<"),
-    ]
-    for keyword, ok, sign in bounds:
-        if keyword not in schema:
-            continue
-        checks.append(_bound(keyword, schema[keyword], ok, sign, example))
-    return checks
-
-
-def _bound(keyword: str, bound: Any, ok: Callable[[Any, Any], bool], sign: str, example: str) -> Check:
-    rule = f"{keyword} {bound}"
-
-    def check(value: Any, path: str) -> Violation | None:
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not ok(value, bound):
-            return Violation(path, rule, value, f"{path} must be {sign} {bound}{example}")
-        return None
-
-    return check
-
-
-def _array_checks(schema: Mapping[str, Any], example: str, where: str) -> list[Check]:
-    checks: list[Check] = []
-    if "minItems" in schema:
-        lo = int(schema["minItems"])
-
-        def min_items(value: Any, path: str) -> Violation | None:
-            if isinstance(value, list) and len(value) < lo:
-                return Violation(path, f"minItems {lo}", value, f"{path} must have at least {lo} items{example}")
-            return None
-
-        checks.append(min_items)
-    if "maxItems" in schema:
-        hi = int(schema["maxItems"])
-
-        def max_items(value: Any, path: str) -> Violation | None:
-            if isinstance(value, list) and len(value) > hi:
-                return Violation(path, f"maxItems {hi}", f"<{len(value)} items>",
-                                 f"{path} must have at most {hi} items, got {len(value)}")
-            return None
-
-        checks.append(max_items)
-    if "items" in schema:
-        item_check = compile_schema(schema["items"], where=f"{where}/items")
-
-        def items(value: Any, path: str) -> Violation | None:
-            if isinstance(value, list):
-                for index, item in enumerate(value):
-                    found = item_check(item, f"{path}[{index}]")
-                    if found is not None:
-                        return found
-            return None
-
-        checks.append(items)
-    return checks
-
-
-def _object_checks(schema: Mapping[str, Any], where: str) -> list[Check]:
-    checks: list[Check] = []
-    properties: dict[str, Check] = {
-        name: compile_schema(sub, where=f"{where}/properties/{name}")
-        for name, sub in dict(schema.get("properties", {})).items()
-    }
-    prop_examples = {name: _example(sub) for name, sub in dict(schema.get("properties", {})).items()}
-    if "required" in schema:
-        required = [str(r) for r in schema["required"]]
-
-        def check_required(value: Any, path: str) -> Violation | None:
-            if isinstance(value, dict):
-                for name in required:
-                    if name not in value:
-                        return Violation(_child(path, name), "required", None,
-                                         f"{_child(path, name)} is required{prop_examples.get(name, '')}")
-            return None
-
-        checks.append(check_required)
-    additional = schema.get("additionalProperties", True)
-    if additional is not True:
-        if additional is not False:
-            raise ContractError(f"request schema {where}: additionalProperties must be true or false")
-        allowed = frozenset(properties)
-
-        def no_extra(value: Any, path: str) -> Violation | None:
-            if isinstance(value, dict):
-                for name in value:
-                    if name not in allowed:
-                        return Violation(_child(path, name), "additionalProperties false", value[name],
-                                         f"{_child(path, name)} is not allowed; allowed fields: "
-                                         f"{sorted(allowed)}")
-            return None
-
-        checks.append(no_extra)
-    if properties:
-        pairs = tuple(properties.items())
-
-        def check_properties(value: Any, path: str) -> Violation | None:
-            if isinstance(value, dict):
-                for name, check in pairs:
-                    if name in value:
-                        found = check(value[name], _child(path, name))
-                        if found is not None:
-                            return found
-            return None
-
-        checks.append(check_properties)
-    return checks
 
 
 @dataclass(frozen=True)
