@@ -213,8 +213,16 @@ def publish(day: str, prepared: dict[str, Any]) -> dict[str, Any]:
     report_uri = store.uri(f"{prefix}/drift_report.html")
     if document["drifted"]:
         _notify(model, triton_version, day, document, report_uri)
+    pushed = _push_metrics(model, triton_version, day, document)
     return {"model": model, "triton_version": triton_version, "drifted": document["drifted"],
-            "top_causes": document["top_causes"], "report": report_uri}
+            "top_causes": document["top_causes"], "report": report_uri, "metrics_pushed": pushed}
+
+
+def _push_metrics(model: str, triton_version: int, day: str, document: dict[str, Any]) -> int:
+    """The version's drift results to the Pushgateway (when MODELOPS_PUSHGATEWAY_URL is set)."""
+    from modelops.observability.pushed import drift_group, push_if_configured
+
+    return push_if_configured([drift_group(model, triton_version, day, document)], f"nightly_drift {day}")
 
 
 def drift_message(model: str, triton_version: int, day: str, document: dict[str, Any], report_uri: str) -> Any:

@@ -83,8 +83,17 @@ def publish(day: str) -> dict[str, Any]:
         store.delete(stale)
     keys = upload_folder(store, paths.out, prefix)
     logged = log_to_mlflow(day, document["by_version"])
+    pushed = _push_metrics(day, document)
     return {"uri": store.uri(prefix + "/"), "files": len(keys), "by_version": document["by_version"],
-            "rejected": document["rejected"], "mlflow_versions": logged}
+            "rejected": document["rejected"], "mlflow_versions": logged, "metrics_pushed": pushed}
+
+
+def _push_metrics(day: str, document: dict[str, Any]) -> int:
+    """CTR / CVR per version and the rejected counts to the Pushgateway (when one is configured)."""
+    from modelops.observability.pushed import feedback_groups, push_if_configured
+
+    return push_if_configured(feedback_groups(day, document["by_version"], document["rejected"]),
+                              f"feedback_join {day}")
 
 
 def log_to_mlflow(day: str, rows: list[dict[str, Any]]) -> list[str]:

@@ -1,0 +1,1 @@
+"""Observability as code: metrics the batch jobs and releases push, Prometheus configuration."""
