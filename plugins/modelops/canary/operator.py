@@ -38,6 +38,7 @@ from modelops.canary.runner import Release, Runner, VersionRef
 from modelops.canary.spec import CanarySpec, describe, detection_warnings, traffic_warnings
 from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
+from modelops.cockpit.recording import record_first_release, record_release, responder
 from modelops.errors import ConfigError, ContractError
 
 CONTROL_ACTIONS = ("abort", "pause", "resume")
@@ -253,8 +254,10 @@ class CanaryOperator(BaseOperator):
         status = runner.begin()
         self.log.info("canary %s: v%d vs stable v%d, %s at %.0f%%", wiring.model, wiring.canary_version,
                       status.stable_version, status.phase.value, status.weight * 100)
+        control = None
         if self.stage == "finish":
-            status = self._approve(context, runner, status)
+            status, control = self._approve(context, runner, status)
+        record_release(context, wiring, self.candidate, status, control=control, log=self.log)
         return self._next(context, wiring, status)
 
     def execute_window(self, context: Any, event: Mapping[str, Any] | None = None,
@@ -280,39 +283,53 @@ class CanaryOperator(BaseOperator):
                       "closed by the trigger" if closed is not None else "closed by the worker",
                       now - float((event or {}).get("fired_at", now)))
         status = runner.resume()
-        status = self._apply_control(wiring, status)
+        status, control = self._apply_control(wiring, status)
+        window = None
         if not status.phase.terminal and m is not None:
             analysed, weight = status.analyses, status.weight
             status = runner.handle(m)
             if status.analyses > analysed and status.last_analysis is not None:
                 from modelops.canary.report import analysis_table
+                from modelops.cockpit.record import window_of
 
                 self.log.info("\n%s", analysis_table(status.last_analysis, weight))
+                window = window_of(status.last_analysis, weight, m)
             self.log.info("canary %s v%d: %s at %.0f%% (%d analyses, %d failed)", wiring.model,
                           wiring.canary_version, status.phase.value, status.weight * 100, status.analyses,
                           status.failed_checks)
+        record_release(context, wiring, self.candidate, status, window=window, control=control, log=self.log)
         return self._next(context, wiring, status, opened=closed)
 
     # ---------------------------------------------------------------- internals
-    def _approve(self, context: Any, runner: Runner, status: CanaryStatus) -> CanaryStatus:
-        if status.phase in (Phase.WAITING_APPROVAL, Phase.PAUSED, Phase.PROGRESSING) and not status.approved:
-            approver = str(context["ti"].xcom_pull(task_ids="approve_full_rollout", key="return_value") or "")
-            self.log.info("canary: approved (%s)", approver[:200] or "approval step")
-            status = runner.handle(ApproveCommand(by="approve_full_rollout"))
-        return status
+    def _approve(self, context: Any, runner: Runner, status: CanaryStatus) -> tuple[CanaryStatus, Any]:
+        """Apply the approval; returns the status and the cockpit's record of who approved (or None)."""
+        from modelops.cockpit.record import Control
 
-    def _apply_control(self, wiring: Wiring, status: CanaryStatus) -> CanaryStatus:
+        if status.phase in (Phase.WAITING_APPROVAL, Phase.PAUSED, Phase.PROGRESSING) and not status.approved:
+            answer = context["ti"].xcom_pull(task_ids="approve_full_rollout", key="return_value")
+            by, at = responder(answer)
+            self.log.info("canary: approved by %s", by)
+            status = runner.handle(ApproveCommand(by=by))
+            return status, Control("approve", by, at or time.time(), time.time())
+        return status, None
+
+    def _apply_control(self, wiring: Wiring, status: CanaryStatus) -> tuple[CanaryStatus, Any]:
+        """Apply a pending control request; returns the status and the cockpit's record of it (or None)."""
+        from modelops.cockpit.record import Control
+
         assert wiring.runner is not None
         key = control_key(wiring.model, wiring.canary_version)
         if not wiring.store.exists(key):
-            return status
+            return status, None
         request = json.loads(wiring.store.get_bytes(key).decode("utf-8"))
         wiring.store.delete(key)
         if float(request.get("requested_at", 0.0)) < status.started_at:
             self.log.info("control request %s predates this release: ignored", request)
-            return status
+            return status, None
         self.log.info("control request: %s", request)
-        return wiring.runner.handle(command_of(request))
+        status = wiring.runner.handle(command_of(request))
+        return status, Control(str(request.get("action")), str(request.get("by", "operator")),
+                               float(request.get("requested_at", 0.0)), time.time(), str(request.get("reason", "")))
 
     def _next(self, context: Any, wiring: Wiring, status: CanaryStatus,
               opened: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -348,6 +365,7 @@ class CanaryOperator(BaseOperator):
             note = f"{wiring.model} v{ref.triton_version}: already the stable version, nothing to canary"
         MlflowRegistry.from_settings().promote(wiring.model, ref.mlflow_version)
         self.log.info(note)
+        record_first_release(context, wiring, self.candidate, ref, note, self.log)
         try:
             set_run_note(context["dag"].dag_id, context["dag_run"].run_id, note)
         except Exception as exc:
@@ -411,8 +429,13 @@ class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
         published = context["ti"].xcom_pull(task_ids="publish")
         wiring = wire(candidate, published, spec_from_params(context["params"]))
         if wiring.runner is not None:
+            from modelops.cockpit.record import Control
+
+            by, at = responder(result)
             status = wiring.runner.resume()
-            status = wiring.runner.handle(AbortCommand("approve_full_rollout", "rejected at approval"))
+            status = wiring.runner.handle(AbortCommand(by, "rejected at approval"))
+            record_release(context, wiring, candidate, status, log=self.log,
+                           control=Control("reject", by, at or time.time(), time.time()))
             finish(context, status, self.log)
         raise AirflowFailException("release rejected at approval")
 

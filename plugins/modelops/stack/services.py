@@ -63,6 +63,15 @@ def airflow_password(cfg: Settings) -> str:
     return cfg.airflow_password or _secret_file(cfg.home, "airflow-admin-password")
 
 
+#: A read-only Airflow user of the embedded stack (simple auth manager role "viewer"): it can read the
+#: release cockpit but not act on a release. Its password is in HOME/secrets/airflow-viewer-password.
+VIEWER_USER = "viewer"
+
+
+def airflow_viewer_password(cfg: Settings) -> str:
+    return _secret_file(cfg.home, "airflow-viewer-password")
+
+
 def feedback_secret(cfg: Settings) -> str:
     return cfg.feedback_secret or _secret_file(cfg.home, "feedback-secret")
 
@@ -272,7 +281,7 @@ def airflow_env(cfg: Settings) -> dict[str, str]:
         "AIRFLOW__API__BASE_URL": api,
         "AIRFLOW__API_AUTH__JWT_SECRET": _secret_file(cfg.home, "airflow-jwt-secret"),
         "AIRFLOW__CORE__FERNET_KEY": _fernet_key(cfg.home),
-        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{cfg.airflow_user}:admin",
+        "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{cfg.airflow_user}:admin,{VIEWER_USER}:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "simple_auth_manager_passwords.json"),
         "AIRFLOW__LOGGING__WORKER_LOG_SERVER_PORT": str(cfg.airflow_worker_log_port),
         "AIRFLOW__LOGGING__TRIGGER_LOG_SERVER_PORT": str(cfg.airflow_trigger_log_port),
@@ -324,7 +333,7 @@ def _airflow_migrate(cfg: Settings) -> None:
     home = cfg.home / "airflow"
     home.mkdir(parents=True, exist_ok=True)
     (home / "simple_auth_manager_passwords.json").write_text(
-        json.dumps({cfg.airflow_user: airflow_password(cfg)})
+        json.dumps({cfg.airflow_user: airflow_password(cfg), VIEWER_USER: airflow_viewer_password(cfg)})
     )
     import airflow
 
