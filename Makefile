@@ -10,6 +10,8 @@ QUIET_PIP := grep -v "^WARNING: Location" || true
 
 PROMETHEUS_DIR := .cache/prometheus
 PROMETHEUS_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus
+PUSHGATEWAY_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus-pushgateway
+ALERTMANAGER_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus-alertmanager
 
 .PHONY: venv system-deps prometheus demo test lint typecheck unit integration bench stack-up stack-down clean
 
@@ -47,7 +49,16 @@ $(PROMETHEUS_BIN):
 	  dpkg-deb -x prometheus_*.deb root/ && rm -f prometheus_*.deb
 	@$(PROMETHEUS_BIN) --version | head -1
 
-prometheus: $(PROMETHEUS_BIN)
+# Debian 12's Pushgateway (batch results) and Alertmanager (alerts to the apprise notifier), the same way.
+$(PUSHGATEWAY_BIN) $(ALERTMANAGER_BIN) &:
+	@echo "==> fetching Debian's prometheus-pushgateway and prometheus-alertmanager into $(PROMETHEUS_DIR) (unpacked)"
+	@mkdir -p $(PROMETHEUS_DIR) && cd $(PROMETHEUS_DIR) && rm -f prometheus-*_*.deb && \
+	  { apt-get download prometheus-pushgateway prometheus-alertmanager 2>/dev/null || \
+	    { apt-get update -qq && apt-get download prometheus-pushgateway prometheus-alertmanager; }; } && \
+	  for deb in prometheus-*_*.deb; do dpkg-deb -x "$$deb" root/; done && rm -f prometheus-*_*.deb
+	@$(PUSHGATEWAY_BIN) --version 2>&1 | head -1 && $(ALERTMANAGER_BIN) --version 2>&1 | head -1
+
+prometheus: $(PROMETHEUS_BIN) $(PUSHGATEWAY_BIN) $(ALERTMANAGER_BIN)
 
 test: venv system-deps prometheus lint typecheck
 	$(BIN)/pytest

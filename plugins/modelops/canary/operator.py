@@ -147,6 +147,7 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
     from modelops.config import settings
     from modelops.notify.apprise_notifier import default_notifier
     from modelops.objectstore import ObjectStore
+    from modelops.observability.release_phase import PhasePushingStore
     from modelops.registry.mlflow_registry import MlflowRegistry
 
     cfg = settings()
@@ -166,7 +167,8 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
         release = Release(model, stable, canary, released_by=str(candidate.get("started_by") or "modelops"))
     runner = Runner(spec=spec, release=release, routes=ObjectStoreRoutes(store, urls), serving=TritonServing(cfg),
                     registry=MlflowRegistryPort(MlflowRegistry.from_settings(cfg)), notifier=default_notifier(),
-                    store=ObjectStoreStatusStore(store, checkpoint_key(model, release.canary.triton_version)))
+                    store=PhasePushingStore(ObjectStoreStatusStore(store, checkpoint_key(
+                        model, release.canary.triton_version))))  # the phase also goes to the Pushgateway
     return Wiring(runner, store, model, release.canary.triton_version, source, urls)
 
 
