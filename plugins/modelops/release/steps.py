@@ -150,6 +150,9 @@ def staging_versions_to_release(models: list[str] | None = None) -> list[dict[st
 
     The claim id is deterministic per version, so two watcher runs racing on the same version
     produce the same claim and ``model_release``'s resolve step accepts exactly one run.
+    A version that carries the contract gate's result was staged by the platform itself (the
+    gate runs inside a release, or a script staged it through :class:`MlflowRegistry`), not
+    moved there by a person: it is left alone.
     """
     from modelops.registry.lifecycle import TAG
     from modelops.registry.mlflow_registry import MlflowRegistry
@@ -159,7 +162,7 @@ def staging_versions_to_release(models: list[str] | None = None) -> list[dict[st
     confs = []
     for name in names:
         for info in registry.versions(name, stage="Staging"):
-            if info.tags.get(TAG["release_run_id"]):
+            if info.tags.get(TAG["release_run_id"]) or TAG["contract_passed"] in info.tags:
                 continue
             claim_id = f"staging-watch:{name}:{info.version}"
             if registry.claim_release(name, info.version, released_by="staging-watcher", release_run_id=claim_id):

@@ -273,7 +273,9 @@ def airflow_env(cfg: Settings) -> dict[str, str]:
         "AIRFLOW__CORE__LOAD_EXAMPLES": "False",
         "AIRFLOW__CORE__EXECUTOR": "LocalExecutor",
         "AIRFLOW__CORE__PARALLELISM": str(cfg.airflow_parallelism),
-        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "True",
+        # The platform's scheduled DAGs (release_on_staging, feedback_join, nightly_drift) are live
+        # from the start: a version moved to Staging in the MLflow UI is released, nightly jobs run.
+        "AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION": "False",
         "AIRFLOW__DATABASE__SQL_ALCHEMY_CONN": f"sqlite:///{home / 'airflow.db'}",
         "AIRFLOW__CORE__EXECUTION_API_SERVER_URL": f"{api}/execution/",
         "AIRFLOW__API__HOST": cfg.bind_host,
