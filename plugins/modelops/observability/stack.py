@@ -1,0 +1,155 @@
+"""Prometheus, Pushgateway, Alertmanager and the alert relay as embedded-stack services.
+
+The binaries are Debian 12's packages unpacked under ``.cache/prometheus/root`` by
+``make prometheus`` (never installed: their maintainer scripts would start services on
+every interface); ``MODELOPS_PROMETHEUS_BIN`` names another prometheus, and the others
+are looked up beside it. Everything binds loopback (Alertmanager's cluster listener is
+switched off: it would bind 0.0.0.0:9094).
+
+:func:`prometheus_config` and :func:`alertmanager_config` render the configuration (JSON is
+YAML); the rules are the repository's ``prometheus/rules/*.yml``, the same files compose
+mounts. :func:`services` returns :class:`modelops.stack.services.Service` values the
+launcher starts and stops like the rest of the stack.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import urllib.parse
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from modelops.config import PROJECT_ROOT, Settings
+from modelops.errors import StackError
+from modelops.stack.services import Service, base_env
+
+RULES_DIR = PROJECT_ROOT / "prometheus" / "rules"
+BIN_DIR = PROJECT_ROOT / ".cache" / "prometheus" / "root" / "usr" / "bin"
+BINARIES = {"prometheus": "prometheus", "pushgateway": "prometheus-pushgateway",
+            "alertmanager": "prometheus-alertmanager", "promtool": "promtool", "amtool": "amtool"}
+GATEWAY_JOB = "modelops-gateway"
+TRITON_JOB = "triton"
+PUSHGATEWAY_JOB = "pushgateway"
+
+
+def binary(name: str) -> Path:
+    """The unpacked Debian binary ``name`` (a key of :data:`BINARIES`).
+
+    Raises:
+        StackError: not unpacked yet (the message says how to get it).
+    """
+    explicit = os.environ.get("MODELOPS_PROMETHEUS_BIN")
+    base = Path(explicit).parent if explicit else BIN_DIR
+    path = base / BINARIES[name]
+    if not os.access(path, os.X_OK):
+        raise StackError(f"{name}: no executable {path} (run `make prometheus`: it unpacks Debian's prometheus, "
+                         "prometheus-pushgateway and prometheus-alertmanager there)")
+    return path
+
+
+@dataclass(frozen=True)
+class Ports:
+    """Loopback ports of the observability services."""
+
+    prometheus: int
+    pushgateway: int
+    alertmanager: int
+    relay: int
+
+
+def _targets(urls: Sequence[str]) -> tuple[str, list[str]]:
+    paths = {urllib.parse.urlsplit(u).path or "/metrics" for u in urls}
+    if len(paths) != 1:
+        raise ValueError(f"one metrics path per job, got {sorted(paths)} for {list(urls)}")
+    return paths.pop(), [urllib.parse.urlsplit(u).netloc for u in urls]
+
+
+def _job(name: str, urls: Sequence[str], **extra: Any) -> dict[str, Any]:
+    path, hosts = _targets(urls)
+    return {"job_name": name, "metrics_path": path, "static_configs": [{"targets": hosts}], **extra}
+
+
+def prometheus_config(*, gateway_metrics_urls: Sequence[str], triton_metrics_urls: Sequence[str],
+                      pushgateway_url: str, alertmanager_url: str, interval_s: float,
+                      rule_files: Sequence[Path] | None = None,
+                      extra_jobs: Mapping[str, Sequence[str]] | None = None) -> dict[str, Any]:
+    """A prometheus.yml: gateways, Tritons, the Pushgateway (labels as pushed), Alertmanager, itself.
+
+    ``interval_s`` is both the scrape and the rule evaluation interval: size it for the
+    canary's analysis windows (at least ~5 samples per window; the tests use 1 s for 5 s windows).
+    """
+    interval = f"{round(interval_s * 1000)}ms"
+    files = [str(p) for p in (rule_files if rule_files is not None else sorted(RULES_DIR.glob("*.yml")))]
+    jobs = [_job(GATEWAY_JOB, gateway_metrics_urls), _job(TRITON_JOB, triton_metrics_urls),
+            _job(PUSHGATEWAY_JOB, [f"{pushgateway_url}/metrics"], honor_labels=True),
+            _job("alertmanager", [f"{alertmanager_url}/metrics"])]
+    jobs += [_job(name, urls) for name, urls in (extra_jobs or {}).items()]
+    return {"global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval,
+                       "external_labels": {"platform": "modelops"}},
+            "rule_files": files,
+            "alerting": {"alertmanagers": [{"static_configs": [
+                {"targets": [urllib.parse.urlsplit(alertmanager_url).netloc]}]}]},
+            "scrape_configs": jobs}
+
+
+def alertmanager_config(relay_url: str, *, group_wait_s: float = 10.0, repeat_interval: str = "4h") -> dict[str, Any]:
+    """Every alert to the relay (``POST <relay_url>/alerts``), resolved ones too, grouped per subject."""
+    return {"route": {"receiver": "modelops-notify", "group_by": ["alertname", "model", "version", "instance"],
+                      "group_wait": f"{round(group_wait_s * 1000)}ms", "group_interval": "1m",
+                      "repeat_interval": repeat_interval},
+            "receivers": [{"name": "modelops-notify",
+                           "webhook_configs": [{"url": f"{relay_url}/alerts", "send_resolved": True}]}]}
+
+
+def services(cfg: Settings, ports: Ports, *, interval_s: float = 1.0) -> list[Service]:
+    """Alert relay, Alertmanager, Pushgateway and Prometheus (in start order) for the stack ``cfg``."""
+    host = cfg.bind_host
+    root = cfg.home / "observability"
+    url = {name: f"http://{host}:{port}" for name, port in
+           (("prometheus", ports.prometheus), ("pushgateway", ports.pushgateway),
+            ("alertmanager", ports.alertmanager), ("relay", ports.relay))}
+    env = base_env(cfg)
+
+    def write(name: str, document: Mapping[str, Any]) -> None:
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(document, indent=2))
+
+    def prepare_prometheus() -> None:
+        write("prometheus.yml", prometheus_config(
+            gateway_metrics_urls=[f"{g}/metrics" for g in cfg.gateway_url_list],
+            triton_metrics_urls=[cfg.triton_metrics_url], pushgateway_url=url["pushgateway"],
+            alertmanager_url=url["alertmanager"], interval_s=interval_s))
+
+    def prepare_alertmanager() -> None:
+        write("alertmanager.yml", alertmanager_config(url["relay"]))
+        (root / "alertmanager-data").mkdir(parents=True, exist_ok=True)
+
+    return [
+        Service(name="alert-relay",
+                argv=(sys.executable, "-m", "modelops.observability.alert_relay", host, str(ports.relay)),
+                ports=(ports.relay,), health_url=f"{url['relay']}/healthz", env=env, url=url["relay"]),
+        Service(name="alertmanager",
+                argv=(str(binary("alertmanager")), f"--config.file={root / 'alertmanager.yml'}",
+                      f"--storage.path={root / 'alertmanager-data'}",
+                      f"--web.listen-address={host}:{ports.alertmanager}",
+                      "--cluster.listen-address=", "--log.level=warn"),
+                ports=(ports.alertmanager,), health_url=f"{url['alertmanager']}/-/ready", env=env,
+                prepare=prepare_alertmanager, depends_on=("alert-relay",), url=url["alertmanager"]),
+        Service(name="pushgateway",
+                argv=(str(binary("pushgateway")), f"--web.listen-address={host}:{ports.pushgateway}",
+                      f"--persistence.file={root / 'pushgateway.metrics'}", "--log.level=warn"),
+                ports=(ports.pushgateway,), health_url=f"{url['pushgateway']}/-/ready", env=env,
+                prepare=lambda: root.mkdir(parents=True, exist_ok=True), url=url["pushgateway"]),
+        Service(name="prometheus",
+                argv=(str(binary("prometheus")), f"--config.file={root / 'prometheus.yml'}",
+                      f"--storage.tsdb.path={root / 'prometheus-data'}",
+                      f"--web.listen-address={host}:{ports.prometheus}",
+                      "--storage.tsdb.retention.time=15d", "--web.enable-lifecycle", "--log.level=warn"),
+                ports=(ports.prometheus,), health_url=f"{url['prometheus']}/-/ready", env=env,
+                prepare=prepare_prometheus, depends_on=("pushgateway", "alertmanager"), url=url["prometheus"]),
+    ]

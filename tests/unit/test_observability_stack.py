@@ -1,0 +1,127 @@
+"""Observability services: rendered configs pass promtool/amtool, the alert relay turns webhooks into messages."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import threading
+from collections.abc import Iterator
+from http.server import ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+import requests
+
+from modelops.errors import StackError
+from modelops.notify.message import Message
+from modelops.observability.alert_relay import PayloadError, handler_class, messages
+from modelops.observability.stack import alertmanager_config, binary, prometheus_config
+
+FIRING = {
+    "version": "4", "status": "firing", "receiver": "modelops-notify",
+    "alerts": [{
+        "status": "firing", "fingerprint": "abc123", "startsAt": "2026-11-30T20:00:00Z",
+        "labels": {"alertname": "ModelopsPredictionCollapse", "model": "ranker", "version": "2", "severity": "page"},
+        "annotations": {"summary": "ranker v2 answers (almost) the same score to everyone",
+                        "description": "The rolling std stayed under the threshold.", "runbook": "Roll it back."},
+    }, {
+        "status": "resolved", "fingerprint": "def456", "startsAt": "2026-11-30T19:00:00Z",
+        "labels": {"alertname": "ModelopsScrapeTargetDown", "job": "triton", "instance": "t1", "severity": "page"},
+        "annotations": {"summary": "triton target t1 is down"},
+    }],
+}
+
+
+def _tool(name: str) -> Path:
+    try:
+        return binary(name)
+    except StackError as exc:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(str(exc))
+
+
+def test_messages_carry_summary_runbook_labels_and_resolution() -> None:
+    firing, resolved = messages(FIRING)
+    assert firing.title == "ALERT ModelopsPredictionCollapse: ranker v2 answers (almost) the same score to everyone"
+    assert firing.severity == "failure"  # severity=page
+    assert "Runbook: Roll it back." in firing.body
+    assert firing.facts["model"] == "ranker" and firing.facts["version"] == "2"
+    assert firing.key == "alert/ModelopsPredictionCollapse/abc123/firing"
+    assert resolved.title.startswith("RESOLVED ModelopsScrapeTargetDown") and resolved.severity == "success"
+
+
+@pytest.mark.parametrize(("payload", "field"), [
+    ({"status": "firing"}, "alerts"),
+    ({"alerts": ["x"]}, r"alerts\[0\]"),
+    ({"alerts": [{"labels": {"severity": "page"}}]}, r"alerts\[0\].labels.alertname"),
+    ([], "payload"),
+])
+def test_bad_payloads_name_the_field(payload: object, field: str) -> None:
+    with pytest.raises(PayloadError, match=field):
+        messages(payload)
+
+
+@pytest.fixture
+def relay() -> Iterator[tuple[str, list[Message]]]:
+    sent: list[Message] = []
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class(sent.append))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", sent
+    server.shutdown()
+    server.server_close()
+
+
+def test_relay_delivers_every_alert_and_refuses_garbage(relay: tuple[str, list[Message]]) -> None:
+    url, sent = relay
+    assert requests.get(f"{url}/healthz", timeout=5).status_code == 200
+    answer = requests.post(f"{url}/alerts", data=json.dumps(FIRING), timeout=5)
+    assert answer.status_code == 200 and answer.json() == {"delivered": 2}
+    assert [m.title.split(":")[0] for m in sent] == ["ALERT ModelopsPredictionCollapse",
+                                                     "RESOLVED ModelopsScrapeTargetDown"]
+    bad = requests.post(f"{url}/alerts", data="{not json", timeout=5)
+    assert bad.status_code == 400 and len(sent) == 2
+
+
+def test_relay_answers_502_when_the_notifier_fails() -> None:
+    def failing(message: Message) -> None:
+        raise RuntimeError("apprise: no target accepted")
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler_class(failing))
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        answer = requests.post(f"http://127.0.0.1:{server.server_address[1]}/alerts", data=json.dumps(FIRING),
+                               timeout=5)
+        assert answer.status_code == 502 and "no target accepted" in answer.json()["error"]  # Alertmanager retries
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_rendered_prometheus_config_passes_promtool(tmp_path: Path) -> None:
+    config = prometheus_config(
+        gateway_metrics_urls=["http://127.0.0.1:24400/metrics", "http://127.0.0.1:24401/metrics"],
+        triton_metrics_urls=["http://127.0.0.1:24302/metrics"], pushgateway_url="http://127.0.0.1:24601",
+        alertmanager_url="http://127.0.0.1:24602", interval_s=1.0)
+    jobs = {job["job_name"]: job for job in config["scrape_configs"]}
+    assert jobs["modelops-gateway"]["static_configs"] == [{"targets": ["127.0.0.1:24400", "127.0.0.1:24401"]}]
+    assert jobs["pushgateway"]["honor_labels"] is True
+    assert config["global"]["evaluation_interval"] == "1000ms"
+    path = tmp_path / "prometheus.yml"
+    path.write_text(json.dumps(config))
+    done = subprocess.run([str(_tool("promtool")), "check", "config", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "3 rule files found" in done.stdout
+
+
+def test_rendered_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(json.dumps(alertmanager_config("http://127.0.0.1:24603", group_wait_s=1)))
+    done = subprocess.run([str(_tool("amtool")), "check-config", str(path)], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "webhook" in (done.stdout + done.stderr).lower() or "receivers" in done.stdout.lower()
