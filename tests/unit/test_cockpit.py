@@ -165,3 +165,23 @@ def test_ctr_by_day_reads_the_feedback_job_tags() -> None:
     tags = {"modelops.ctr.2026-11-29": "0.120000", "modelops.cvr.2026-11-29": "null",
             "modelops.impressions.2026-11-29": "500", "modelops.ctr.2026-11-28": "0.1"}
     assert views.ctr_days(tags) == [("2026-11-28", 0.1, None, ""), ("2026-11-29", 0.12, None, "500")]
+
+
+def test_the_mlflow_description_summarizes_the_release_lineage_drift_and_ctr() -> None:
+    from modelops.cockpit.describe import MARKER, markdown
+
+    rolled = updated(None, REF, _status(Phase.ROLLED_BACK, reason="failed gates: error_rate", mttr_s=6.5))
+    tags = {"modelops.triton_version": "4", "modelops.sha256": SHA_B, "modelops.data_start": "2026-11-01",
+            "modelops.data_end": "2026-11-28", "modelops.contract_result": "passed",
+            "modelops.ctr.2026-11-29": "0.120000", "modelops.cvr.2026-11-29": "0.050000",
+            "modelops.impressions.2026-11-29": "500"}
+    text = markdown("rec", "7", tags, [rolled], {"verdict": "no drift on 2026-11-29", "report": "s3://b/r.html"},
+                    "http://airflow/modelops/lineage/rec/7")
+    assert text.startswith(MARKER)
+    assert "**Latest release:** rolled_back — Triton v4 against stable v3" in text
+    assert "failed gates: error_rate; MTTR 6.5 s" in text
+    assert f"| sha256 | `{SHA_B}` |" in text and "| training data | 2026-11-01 … 2026-11-28 |" in text
+    assert "**Nightly drift:** no drift on 2026-11-29 — report `s3://b/r.html`" in text
+    assert "| 2026-11-29 | 0.12 | 0.05 | 500 |" in text
+    assert "(http://airflow/modelops/lineage/rec/7)" in text
+    assert "**Not released yet.**" in markdown("rec", "8", {}, [rolled], {})

@@ -53,6 +53,11 @@ def record_release(context: Any, wiring: Any, candidate: Mapping[str, Any], stat
         note(wiring.store, _release_ref(context, wiring, candidate), status, window, control)
     except Exception as exc:
         log.warning("could not update the cockpit's release record: %s", exc)
+        return
+    if status.phase.terminal:
+        from modelops.cockpit.describe import refresh_quietly
+
+        refresh_quietly(wiring.model, str(candidate.get("version", "")), log, store=wiring.store)
 
 
 def record_first_release(context: Any, wiring: Any, candidate: Mapping[str, Any], ref: Any,
@@ -67,3 +72,7 @@ def record_first_release(context: Any, wiring: Any, candidate: Mapping[str, Any]
         save(wiring.store, first_release(release, time.time(), reason))
     except Exception as exc:
         log.warning("could not update the cockpit's release record: %s", exc)
+        return
+    from modelops.cockpit.describe import refresh_quietly
+
+    refresh_quietly(wiring.model, str(candidate.get("version", "")), log, store=wiring.store)

@@ -211,6 +211,9 @@ def publish(day: str, prepared: dict[str, Any]) -> dict[str, Any]:
 
     MlflowRegistry.from_settings().log_artifacts(prepared["run_id"], out, f"drift/dt={day}")
     report_uri = store.uri(f"{prefix}/drift_report.html")
+    from modelops.cockpit.describe import refresh_quietly
+
+    refresh_quietly(model, str(prepared["version"]), store=store)  # the latest drift verdict in MLflow
     if document["drifted"]:
         _notify(model, triton_version, day, document, report_uri)
     pushed = _push_metrics(model, triton_version, day, document)

@@ -117,6 +117,11 @@ def log_to_mlflow(day: str, rows: list[dict[str, Any]]) -> list[str]:
                     if row[key] is not None:
                         registry.log_metric(info.run_id, f"online_{key}", float(row[key]), step=step)
             logged.append(f"{info.name}/{info.version}")
+    from modelops.cockpit.describe import refresh_quietly
+
+    for name_version in logged:  # the version's MLflow description shows CTR / CVR by day
+        name, version = name_version.rsplit("/", 1)
+        refresh_quietly(name, version, registry=registry)
     return logged
 
 

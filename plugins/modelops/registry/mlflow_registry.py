@@ -170,6 +170,11 @@ class MlflowRegistry:
             for key, value in tags.items():
                 self.client.set_model_version_tag(name, str(version), key, value)
 
+    def describe(self, name: str, version: str | int, text: str) -> None:
+        """Replace the version's description (Markdown, shown on the MLflow registry page)."""
+        self._call(f"describe version {name}/{version}",
+                   lambda: self.client.update_model_version(name, str(version), description=text))
+
     def set_lineage(self, name: str, version: str | int, lineage: Lineage) -> None:
         """Write the lineage tags (sha256, Triton version, contract result, data dates)."""
         self.set_tags(name, version, lineage_tags(lineage))
