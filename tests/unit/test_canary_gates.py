@@ -48,7 +48,11 @@ def test_bucket_quantile_tolerates_unsorted_and_dipping_counts() -> None:
     ("good", window(), window(), "error_rate", Verdict.PASSED),
     ("0 vs 1 error is no 2x breach", window(errors=1), window(errors=0), "error_rate", Verdict.PASSED),
     ("5% errors vs 0", window(errors=50), window(errors=0), "error_rate", Verdict.FAILED),
-    ("3% vs 2% is under 2x", window(errors=30), window(errors=20), "error_rate", Verdict.PASSED),
+    ("3% vs 2%: one window is not enough evidence", window(errors=30), window(errors=20), "error_rate",
+     Verdict.PENDING),
+    ("2% vs 2% is as good as stable", window(errors=20), window(errors=20), "error_rate", Verdict.PASSED),
+    ("1 error in 100: not enough evidence yet", window(requests=100, errors=1), window(), "error_rate",
+     Verdict.PENDING),
     ("5% vs 2% is over 2x", window(errors=50), window(errors=20), "error_rate", Verdict.FAILED),
     ("thin canary", window(requests=50, errors=25), window(), "error_rate", Verdict.INCONCLUSIVE),
     ("thin stable", window(errors=500), window(requests=10), "error_rate", Verdict.INCONCLUSIVE),
@@ -86,11 +90,11 @@ def test_thresholds_are_reported() -> None:
     analysis = evaluate(SPEC, measurement(window(errors=50, latency_s=0.6), stable))
     errors, latency = analysis.gate("error_rate"), analysis.gate("p99_ms")
     assert errors is not None and latency is not None
-    assert errors.value == pytest.approx(0.05) and errors.threshold == pytest.approx(0.04)
+    assert errors.value == pytest.approx(0.05) and errors.threshold == pytest.approx(0.02)  # p0: stable's rate
     assert 200.0 < p99_ms(stable) < 250.0  # 0.2 s interpolated inside the (0.1, 0.25] bucket
     assert latency.threshold == pytest.approx(max(250.0, 1.5 * p99_ms(stable)))
     assert analysis.verdict is Verdict.FAILED
-    assert "error_rate=0.05/0.04:failed" in analysis.summary()
+    assert "error_rate=0.05/0.02:failed" in analysis.summary()
 
 
 @pytest.mark.parametrize(("name", "canary", "stable", "verdict"), [
@@ -157,14 +161,26 @@ def test_traffic_warnings_name_the_thin_steps() -> None:
     assert traffic_warnings(spec, 1000.0) == []
 
 
-def test_detection_warnings_name_the_steps_too_small_to_catch_the_bad_error_rate() -> None:
+def test_detection_warnings_name_the_steps_where_the_error_test_needs_many_windows() -> None:
+    from modelops.canary.sequential import requests_to_decide
     from modelops.canary.spec import detection_warnings
 
-    spec = CanarySpec(steps=(0.25, 0.5, 1.0), interval_s=5, min_requests=20)
-    # 40 req/s: ~50 and ~100 canary requests per window, 2.5 and 5 expected errors at 5 % (< 2 x 3).
+    spec = CanarySpec(steps=(0.05, 0.5, 1.0), interval_s=5, min_requests=5)
+    needed = requests_to_decide(spec, spec.error_rate_limit)
+    assert 80 < needed < 160  # Wald's average sample number at p1 = 5 % vs p0 = 1 %, alpha = beta = 1 %
+    # 40 req/s: ~10 canary requests per window at 5 % (> 5 windows to decide), ~100 at 50 %.
     warnings = detection_warnings(spec, 40.0)
-    assert [w.split(":")[0] for w in warnings] == ["step 25%", "step 50%"]
-    assert "~2.5 errors" in warnings[0] and "error_min_errors=3" in warnings[0]
-    assert detection_warnings(spec, 40.0, error_rate=0.2) == []  # 10 and 20 expected errors
-    assert detection_warnings(spec, 200.0) == []  # 250 / 500 requests per window
-    assert detection_warnings(spec, 4.0) == []  # too thin for min_requests: traffic_warnings' business
+    assert [w.split(":")[0] for w in warnings] == ["step 5%"]
+    assert "windows" in warnings[0]
+    assert detection_warnings(spec, 400.0) == []
+    assert detection_warnings(spec, 0.5) == []  # too thin for min_requests: traffic_warnings' business
+
+
+@pytest.mark.parametrize(("k", "mean"), [(0, 3.0), (1, 0.0), (3, 0.1), (10, 4.5), (40, 20.0), (2100, 2000.0)])
+def test_poisson_tail_matches_scipy(k: int, mean: float) -> None:
+    from scipy.stats import poisson
+
+    from modelops.canary.gates import poisson_at_least
+
+    expected = 1.0 if k <= 0 else float(poisson.sf(k - 1, mean))
+    assert poisson_at_least(k, mean) == pytest.approx(expected, rel=0.05, abs=1e-12)

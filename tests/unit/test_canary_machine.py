@@ -40,6 +40,7 @@ INTERVAL = 10.0
 SPEC = CanarySpec(interval_s=INTERVAL, min_requests=100, failure_limit=2, inconclusive_limit=3)
 GOOD = (window(), window())
 BAD = (window(errors=100), window())  # 10 % errors vs 0
+WAITING = (window(requests=100, errors=1), window())  # 1 % of 100: the error test needs more evidence
 SLOW = (window(latency_s=2.0), window(latency_s=0.02))
 COLLAPSED = (window(std=0.0), window())
 THIN = (window(requests=20), window())
@@ -98,9 +99,14 @@ def play(script: Sequence[object], spec: CanarySpec = SPEC, t0: float = 1000.0) 
      ["started", "rolled_back"]),
     ("collapse rolled back", [COLLAPSED, COLLAPSED, RollbackApplied(1031.0)], SPEC, Phase.ROLLED_BACK, 0.0, [0.01],
      ["started", "rolled_back"]),
-    ("intermittent failures still roll back", [BAD, GOOD, BAD], SPEC, Phase.ROLLING_BACK, 0.0, [0.01, 0.05],
+    ("intermittent failures still roll back", [SLOW, GOOD, SLOW], SPEC, Phase.ROLLING_BACK, 0.0, [0.01, 0.05],
      ["started"]),
-    ("one failure below the limit", [BAD, GOOD], SPEC, Phase.PROGRESSING, 0.05, [0.01, 0.05], ["started"]),
+    ("one failure below the limit", [SLOW, GOOD], SPEC, Phase.PROGRESSING, 0.05, [0.01, 0.05], ["started"]),
+    ("the error test decides at once", [BAD], SPEC, Phase.ROLLING_BACK, 0.0, [0.01], ["started"]),
+    ("short of evidence the step waits, no pause", [WAITING] * 1, SPEC, Phase.PROGRESSING, 0.01, [0.01],
+     ["started"]),
+    ("evidence summed over windows passes the step", [WAITING] * 2, SPEC, Phase.PROGRESSING, 0.05, [0.01, 0.05],
+     ["started"]),
     ("thin traffic pauses at the limit", [THIN] * 6, SPEC, Phase.PAUSED, 0.01, [0.01], ["started", "paused"]),
     ("NaN metrics pause at the limit", [NAN_METRICS] * 3, SPEC, Phase.PAUSED, 0.01, [0.01], ["started", "paused"]),
     ("unreachable target pauses", [UNREACHABLE] * 3, SPEC, Phase.PAUSED, 0.01, [0.01], ["started", "paused"]),
@@ -167,11 +173,11 @@ def test_notifications_once_per_event_over_a_long_approval_wait() -> None:
 
 
 def test_mttr_from_first_failing_window_to_confirmed_rollback() -> None:
-    # windows: [1000,1010) good, [1010,1020) bad, [1020,1030) bad -> rollback at 1030, applied at 1033.5
+    # windows: [1000,1010) good, [1010,1020) bad: the error test decides -> rollback at 1020, applied at 1033.5
     run = play([GOOD, BAD, BAD, RollbackApplied(1033.5)])
     final = run.final
     assert final.first_failing_window_start == 1010.0
-    assert final.rollback_requested_at == 1030.0
+    assert final.rollback_requested_at == 1020.0
     assert final.mttr_s == pytest.approx(23.5)
     finish = run.of(FinishRollback)
     assert len(finish) == 1 and finish[0].mttr_s == pytest.approx(23.5)
@@ -182,9 +188,27 @@ def test_mttr_from_first_failing_window_to_confirmed_rollback() -> None:
 
 
 def test_mttr_clock_restarts_after_a_pass() -> None:
-    run = play([BAD, GOOD, GOOD, BAD, RollbackApplied(1041.0)])
+    run = play([SLOW, GOOD, GOOD, SLOW, RollbackApplied(1041.0)])
     assert run.final.first_failing_window_start == 1030.0
     assert run.final.mttr_s == pytest.approx(11.0)
+
+
+def test_mttr_clock_starts_at_the_first_window_short_of_evidence() -> None:
+    # [1000,1010) pending (1 error in 100), [1010,1020) 10 % errors: decided; the clock runs from 1000
+    run = play([WAITING, BAD, RollbackApplied(1025.0)])
+    assert run.statuses[1].inconclusive_count == 0 and run.statuses[1].last_analysis is not None
+    assert run.statuses[1].last_analysis.verdict.value == "pending"
+    assert run.final.first_failing_window_start == 1000.0
+    assert run.final.mttr_s == pytest.approx(25.0)
+
+
+def test_error_evidence_is_summed_within_a_step_and_reset_at_the_next() -> None:
+    run = play([WAITING, WAITING])
+    first, second = run.statuses[1], run.statuses[2]
+    assert (first.error_evidence.canary_requests, first.error_evidence.canary_errors) == (100, 1)
+    assert second.weight == 0.05 and second.error_evidence.canary_requests == 0  # new step, new evidence
+    restored = CanaryStatus.from_json(first.to_json())
+    assert restored.error_evidence == first.error_evidence
 
 
 def test_mttr_of_an_abort_counts_from_the_abort() -> None:
@@ -200,8 +224,8 @@ def test_incident_does_not_count_against_the_canary() -> None:
 
 
 def test_baseline_taken_from_the_first_healthy_stable_window() -> None:
-    # stable's own error rate jumps from 0 to 3 % (below the absolute 5 % limit): still an incident
-    degraded = (window(errors=40), window(errors=30))
+    # stable's own error rate jumps from 0 to 4 % (below the absolute 5 % limit, far beyond noise): an incident
+    degraded = (window(errors=50), window(errors=40))
     run = play([GOOD, degraded])
     assert run.final.baseline is not None and run.final.baseline.error_rate == 0.0
     assert run.final.phase is Phase.PAUSED and run.notified()[-1] == "incident"
@@ -228,7 +252,7 @@ def test_status_json_round_trip_at_every_step() -> None:
 
 @pytest.mark.parametrize("cut", range(1, 8))
 def test_restart_resumes_without_repeating_or_skipping(cut: int) -> None:
-    script: list[object] = [GOOD, THIN, GOOD, BAD, GOOD, GOOD, PromotionApplied(1071.0)]
+    script: list[object] = [GOOD, THIN, GOOD, SLOW, GOOD, GOOD, PromotionApplied(1071.0)]
     straight = play(script)
     # replay the first `cut` events, persist, "restart", replay the last measurement again, go on
     status, actions = start(SPEC, "rec", 3, 4, 1000.0)

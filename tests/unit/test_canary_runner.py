@@ -31,6 +31,7 @@ RELEASE = Release("rec", STABLE, CANARY, released_by="ann")
 SPEC = CanarySpec(interval_s=5, failure_limit=2)
 GOOD = (window(), window())
 BAD = (window(errors=100), window())
+SLOW = (window(latency_s=2.0), window(latency_s=0.02))
 
 
 @dataclass
@@ -143,22 +144,21 @@ def test_faulty_release_is_rolled_back_with_mttr() -> None:
     runner = make()
     runner.begin()
     feed(runner, GOOD)   # [1000, 1005) -> 5 %
-    feed(runner, BAD)    # [1005, 1010) first failing window
-    feed(runner, BAD)    # [1010, 1015) -> rollback, gateways applied at 1016.5
+    feed(runner, BAD)    # [1005, 1010) first failing window: the error test decides, gateways applied at 1011.5
     saved = runner.store.load()
     assert saved is not None
     status = saved.status
-    assert status.phase is Phase.ROLLED_BACK and status.mttr_s == pytest.approx(1016.5 - 1005.0)
+    assert status.phase is Phase.ROLLED_BACK and status.mttr_s == pytest.approx(1011.5 - 1005.0)
     routes, serving, registry, notifier = runner.routes, runner.serving, runner.registry, runner.notifier
     assert isinstance(routes, FakeRoutes) and isinstance(serving, FakeServing)
     assert isinstance(registry, FakeRegistry) and isinstance(notifier, FakeNotifier)
     assert routes.history[-1] == (3, None, 0.0)
     assert serving.loaded == {3}
     assert registry.stages["8"] == "Archived" and registry.stages["7"] == "Production"
-    assert registry.tags["8"]["modelops.canary.mttr_s"] == "11.500"
+    assert registry.tags["8"]["modelops.canary.mttr_s"] == "6.500"
     assert registry.tags["8"]["modelops.canary.gate.error_rate"].endswith("failed")
     assert notifier.kinds() == ["started", "rolled back"]
-    assert notifier.sent[-1].facts["mttr_s"] == "11.5" and notifier.sent[-1].severity == "failure"
+    assert notifier.sent[-1].facts["mttr_s"] == "6.5" and notifier.sent[-1].severity == "failure"
 
 
 def test_abort_from_a_command() -> None:
@@ -175,7 +175,7 @@ def test_crash_during_rollback_is_finished_by_a_restarted_runner_once() -> None:
     store = MemoryStatusStore()
     runner = make(store)
     runner.begin()
-    feed(runner, BAD)
+    feed(runner, SLOW)  # one failed analysis, below failure_limit
     routes = runner.routes
     assert isinstance(routes, FakeRoutes)
     routes.fail_next = 1

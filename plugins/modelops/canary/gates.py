@@ -18,6 +18,7 @@ from statistics import NormalDist
 from typing import Any
 
 from modelops.canary.measurement import Measurement, VersionWindow
+from modelops.canary.sequential import ErrorEvidence, sprt
 from modelops.canary.spec import CanarySpec
 
 NAN = math.nan
@@ -27,6 +28,8 @@ class Verdict(enum.StrEnum):
     PASSED = "passed"
     FAILED = "failed"
     INCONCLUSIVE = "inconclusive"
+    PENDING = "pending"
+    """Enough traffic in the window, not yet enough evidence over the step (sequential error test)."""
 
 
 def _num(value: float) -> float | None:
@@ -79,7 +82,8 @@ class Analysis:
     """The gates of one window combined.
 
     ``verdict`` is failed when any gate failed, inconclusive when no gate failed but a
-    required gate was inconclusive, passed otherwise. ``incident`` is non-empty when the
+    required gate was inconclusive, pending when the sequential error test needs more
+    traffic, passed otherwise. ``incident`` is non-empty when the
     stable version degrades too; the state machine then pauses instead of judging.
     """
 
@@ -167,17 +171,23 @@ def _thin(spec: CanarySpec, m: Measurement) -> str:
     return ""
 
 
-def error_gate(spec: CanarySpec, m: Measurement) -> GateResult:
-    """Canary error rate <= max(error_ratio × stable rate, error_rate_floor)."""
-    canary, stable = m.canary.error_rate, m.stable.error_rate
-    threshold = NAN if math.isnan(stable) else max(spec.error_ratio * stable, spec.error_rate_floor)
+def error_gate(spec: CanarySpec, m: Measurement, evidence: ErrorEvidence | None = None) -> GateResult:
+    """Canary error rate by a sequential test over the step's windows so far plus this one.
+
+    ``evidence``: what the earlier windows of the current step measured (none: this
+    window alone). Failed when the canary fails p1 of its requests beyond the spec's
+    false-rollback rate, passed when it stays within p0 beyond the false-promotion rate,
+    pending in between (see :mod:`modelops.canary.sequential`). The value is the window's
+    canary error rate, the threshold p0.
+    """
+    canary = m.canary.error_rate
     thin = _thin(spec, m)
-    if thin or math.isnan(canary) or math.isnan(stable):
-        return GateResult("error_rate", canary, threshold, Verdict.INCONCLUSIVE, thin or "error counts not measured")
-    failed = canary > threshold and m.canary.errors >= spec.error_min_errors
-    detail = (f"canary {m.canary.errors:.0f}/{m.canary.requests:.0f}, "
-              f"stable {m.stable.errors:.0f}/{m.stable.requests:.0f}")
-    return GateResult("error_rate", canary, threshold, Verdict.FAILED if failed else Verdict.PASSED, detail)
+    if thin or math.isnan(canary) or math.isnan(m.stable.error_rate):
+        return GateResult("error_rate", canary, NAN, Verdict.INCONCLUSIVE, thin or "error counts not measured")
+    total = (evidence or ErrorEvidence()).plus(m)
+    decision = sprt(spec, total)
+    verdict = {"bad": Verdict.FAILED, "good": Verdict.PASSED}.get(decision.decision, Verdict.PENDING)
+    return GateResult("error_rate", canary, decision.p0, verdict, decision.detail(total))
 
 
 def latency_gate(spec: CanarySpec, m: Measurement) -> GateResult:
@@ -233,13 +243,34 @@ def ctr_gate(spec: CanarySpec, m: Measurement) -> GateResult:
     return GateResult("ctr", canary, stable, verdict, f"z={z:.2f} p={p:.4f} alpha={spec.ctr_alpha}", required=False)
 
 
+def poisson_at_least(k: float, mean: float) -> float:
+    """P(X >= k) for X ~ Poisson(mean)."""
+    if k <= 0:
+        return 1.0
+    if mean <= 0:
+        return 0.0
+    if mean > 500.0:  # exp(-mean) underflows; the normal approximation is close there
+        return 1.0 - NormalDist(mean, math.sqrt(mean)).cdf(k - 0.5)
+    term = math.exp(-mean)
+    below = 0.0
+    for i in range(math.ceil(k)):
+        below += term
+        term *= mean / (i + 1)
+    return max(0.0, 1.0 - below)
+
+
 def _stable_degraded(spec: CanarySpec, m: Measurement, baseline: Baseline | None) -> str:
     if baseline is None or math.isnan(m.stable.requests) or m.stable.requests < spec.min_requests:
         return ""
     rate = m.stable.error_rate
-    if not math.isnan(baseline.error_rate) and not math.isnan(rate) and m.stable.errors >= spec.error_min_errors \
-            and rate > max(spec.error_ratio * baseline.error_rate, spec.error_rate_floor):
-        return f"stable error rate {rate:.4f} vs its baseline {baseline.error_rate:.4f}"
+    if not math.isnan(baseline.error_rate) and not math.isnan(rate) and m.stable.errors >= spec.error_min_errors:
+        # Degraded beyond noise: more errors than error_ratio x its baseline (at least the floor) would
+        # give by chance, at the spec's false-rollback rate (a baseline from one window is itself noisy).
+        reference = max(baseline.error_rate, spec.error_rate_floor)
+        expected = spec.error_ratio * reference * m.stable.requests
+        chance = poisson_at_least(m.stable.errors, expected)
+        if rate > spec.error_ratio * reference and chance < spec.false_rollback_rate:
+            return f"stable error rate {rate:.4f} vs its baseline {baseline.error_rate:.4f}"
     p99 = p99_ms(m.stable)
     if not math.isnan(baseline.p99_ms) and not math.isnan(p99) \
             and p99 > max(spec.slo_p99_ms, spec.latency_ratio * baseline.p99_ms):
@@ -275,19 +306,26 @@ def baseline_of(spec: CanarySpec, m: Measurement) -> Baseline | None:
     return Baseline(rate, p99)
 
 
-def evaluate(spec: CanarySpec, m: Measurement, baseline: Baseline | None = None) -> Analysis:
-    """Run every gate over one window and combine them (see :class:`Analysis`)."""
+def evaluate(spec: CanarySpec, m: Measurement, baseline: Baseline | None = None,
+             evidence: ErrorEvidence | None = None) -> Analysis:
+    """Run every gate over one window and combine them (see :class:`Analysis`).
+
+    ``evidence``: the error counts of the earlier windows at the current step (the error
+    gate tests them together with this window).
+    """
     if m.unreachable:
         reason = "unreachable: " + ", ".join(m.unreachable)
         gates = tuple(GateResult(name, NAN, NAN, Verdict.INCONCLUSIVE, reason, required=name != "ctr")
                       for name in ("error_rate", "p99_ms", "score_std", "ctr"))
         return Analysis(m.window_start, m.window_end, Verdict.INCONCLUSIVE, gates,
                         canary_requests=m.canary.requests, stable_requests=m.stable.requests)
-    gates = (error_gate(spec, m), latency_gate(spec, m), collapse_gate(spec, m), ctr_gate(spec, m))
+    gates = (error_gate(spec, m, evidence), latency_gate(spec, m), collapse_gate(spec, m), ctr_gate(spec, m))
     if any(g.verdict is Verdict.FAILED for g in gates):
         verdict = Verdict.FAILED
     elif any(g.required and g.verdict is Verdict.INCONCLUSIVE for g in gates):
         verdict = Verdict.INCONCLUSIVE
+    elif any(g.verdict is Verdict.PENDING for g in gates):
+        verdict = Verdict.PENDING
     else:
         verdict = Verdict.PASSED
     incident = _stable_degraded(spec, m, baseline) or _both_beyond_limits(spec, m, gates)

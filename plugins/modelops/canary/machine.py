@@ -12,10 +12,14 @@ Phases::
 
 Decisions in detail:
 
-* A failed analysis counts against the release (failed checks are never reset, so a
-  canary that fails now and then is not promoted); the rollback comes at
+* The error gate is a sequential test over the windows of the current step
+  (:mod:`modelops.canary.sequential`): while the evidence is short of a decision the
+  analysis is *pending* and the step waits (no inconclusive count, the MTTR clock runs);
+  when it decides "bad" the canary is rolled back at once.
+* Any other failed analysis counts against the release (failed checks are never reset,
+  so a canary that fails now and then is not promoted); the rollback comes at
   ``failure_limit``. A passed analysis ends the current run of failures (the MTTR
-  clock starts again at the next failing window).
+  clock starts again at the next failing or pending window).
 * An inconclusive analysis (thin traffic, NaN, an unreachable target) neither advances
   nor fails; ``inconclusive_limit`` of them in a row pause the release and alert.
 * An incident (the stable version degrading too) pauses and alerts at once; nothing is
@@ -52,6 +56,7 @@ from modelops.canary.actions import (
 )
 from modelops.canary.gates import Analysis, Verdict, baseline_of, evaluate
 from modelops.canary.measurement import Measurement
+from modelops.canary.sequential import ErrorEvidence
 from modelops.canary.spec import CanarySpec
 from modelops.canary.status import CanaryStatus, Phase, Transition
 
@@ -146,9 +151,10 @@ def _measure(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float)
         return status, ()
     if status.last_window_end is not None and m.window_end <= status.last_window_end:
         return status, ()
-    analysis = evaluate(spec, m, status.baseline)
+    analysis = evaluate(spec, m, status.baseline, status.error_evidence)
+    evidence = status.error_evidence if (analysis.incident or m.unreachable) else status.error_evidence.plus(m)
     status = dataclasses.replace(status, last_analysis=analysis, analyses=status.analyses + 1,
-                                 last_window_end=m.window_end, updated_at=now,
+                                 last_window_end=m.window_end, updated_at=now, error_evidence=evidence,
                                  baseline=status.baseline or baseline_of(spec, m))
     if analysis.incident:
         return _pause(dataclasses.replace(status, inconclusive_count=0), now,
@@ -161,12 +167,17 @@ def _measure(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float)
             return _pause(status, now, f"{status.inconclusive_count} inconclusive analyses in a row ({details})",
                           "paused")
         return status, ()
+    if analysis.verdict is Verdict.PENDING:  # enough traffic, not yet enough evidence: the step waits
+        clock = m.window_start if status.first_failing_window_start is None else status.first_failing_window_start
+        return dataclasses.replace(status, inconclusive_count=0, first_failing_window_start=clock), ()
     if analysis.verdict is Verdict.FAILED:
         status = dataclasses.replace(
             status, inconclusive_count=0, failed_checks=status.failed_checks + 1,
             first_failing_window_start=(m.window_start if status.first_failing_window_start is None
                                         else status.first_failing_window_start))
-        if status.failed_checks >= spec.failure_limit:
+        error = analysis.gate("error_rate")
+        decisive = error is not None and error.verdict is Verdict.FAILED  # the sequential test has decided
+        if decisive or status.failed_checks >= spec.failure_limit:
             failed = ", ".join(f"{g.name} {_fmt(g.value)} > {_fmt(g.threshold)}" if g.name != "score_std"
                                else f"{g.name} {_fmt(g.value)} < {_fmt(g.threshold)}"
                                for g in analysis.gates if g.verdict is Verdict.FAILED)
@@ -181,7 +192,8 @@ def _measure(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float)
     next_index = status.step_index + 1
     if next_index < len(spec.steps) - 1:
         weight = spec.steps[next_index]
-        return dataclasses.replace(status, step_index=next_index, weight=weight, passed_at_step=0), (SetWeight(weight),)
+        return dataclasses.replace(status, step_index=next_index, weight=weight, passed_at_step=0,
+                                   error_evidence=ErrorEvidence()), (SetWeight(weight),)
     if spec.require_approval and not status.approved:
         waiting = _to(status, Phase.WAITING_APPROVAL, now, f"waiting for approval at {status.weight:.0%}")
         return waiting, (RequestApproval(status.weight),

@@ -35,11 +35,18 @@ class CanarySpec:
         require_approval: a person approves before the 100 % step.
         slo_p99_ms: p99 latency service-level objective in milliseconds.
         latency_ratio: canary p99 may not exceed max(SLO, ratio × stable p99).
-        error_ratio: canary error rate may not exceed max(ratio × stable rate, floor).
-        error_rate_floor: absolute error-rate floor of the error gate (0 vs 1 error is no breach).
-        error_min_errors: fewer canary errors than this in a window never fail the gate.
-        error_rate_limit: absolute error rate that counts as "bad" when deciding whether
-            the stable version degrades too (an incident, not the canary's fault).
+        error_ratio: the error gate's sequential test (evidence summed over the windows of a
+            step) holds a canary failing p1 = max(ratio × p0, error_rate_limit) of its requests
+            bad, one failing p0 = max(stable rate, error_rate_floor) good.
+        error_rate_floor: absolute error-rate floor of p0 (0 vs 1 error is no breach).
+        error_min_errors: fewer stable errors than this in a window never count as the stable
+            version degrading (incident check).
+        error_rate_limit: lowest bad canary error rate p1 of the sequential test, and the
+            absolute rate beyond which both versions failing is an incident.
+        false_promotion_rate: at most this share of canaries failing p1 of their requests
+            pass a step's error test (Wald's SPRT bound).
+        false_rollback_rate: at most this share of canaries failing p0 of their requests are
+            rolled back by the error test.
         collapse_std_floor: canary score std below this is a collapsed model.
         ctr_min_tokens: feedback trials per version per window for the CTR gate to decide.
         ctr_alpha: one-sided significance level of the CTR two-proportion z-test.
@@ -60,6 +67,8 @@ class CanarySpec:
     error_rate_floor: float = 0.01
     error_min_errors: int = 3
     error_rate_limit: float = 0.05
+    false_promotion_rate: float = 0.01
+    false_rollback_rate: float = 0.01
     collapse_std_floor: float = 0.005
     ctr_min_tokens: int = 200
     ctr_alpha: float = 0.01
@@ -146,25 +155,26 @@ def traffic_warnings(spec: CanarySpec, requests_per_s: float) -> list[str]:
 
 
 def detection_warnings(spec: CanarySpec, requests_per_s: float, error_rate: float | None = None) -> list[str]:
-    """Analysed steps whose windows are too small to catch a canary failing ``error_rate`` of its requests.
+    """Analysed steps where the error test needs many windows to catch a canary failing ``error_rate``.
 
-    A window carries about ``weight × rate × interval`` canary requests, so a canary failing
-    ``error_rate`` of them (default ``error_rate_limit``) shows that many times ``error_rate``
-    errors on average; the error gate fails a window only from ``error_min_errors`` errors.
-    With fewer than twice that expected, such a canary often passes a window and may be
-    promoted (a Poisson count of mean 2.5 reaches 3 less than half the time). Steps already
-    too thin for ``min_requests`` are left to :func:`traffic_warnings`.
+    The test sums evidence over a step's windows (:mod:`modelops.canary.sequential`), so
+    thin traffic never promotes a bad canary; it only takes longer. A step whose expected
+    number of canary requests to decide (Wald's average sample number for ``error_rate``,
+    default ``error_rate_limit``) spans more than 5 windows is reported, since the time to
+    roll back grows with it. Steps too thin for ``min_requests`` are left to
+    :func:`traffic_warnings`.
     """
+    from modelops.canary.sequential import requests_to_decide
+
     bad = spec.error_rate_limit if error_rate is None else error_rate
+    needed = requests_to_decide(spec, bad)
     warnings = []
     for weight in spec.steps[:-1]:
         canary = weight * requests_per_s * spec.interval_s
-        expected = canary * bad
-        if canary >= spec.min_requests and expected < 2 * spec.error_min_errors:
-            warnings.append(f"step {weight:.0%}: about {canary:.0f} canary requests per {spec.interval_s:g} s window: "
-                            f"a canary failing {bad:.0%} of them shows ~{expected:.1f} errors, and a window fails "
-                            f"only from error_min_errors={spec.error_min_errors}: it may pass this step; raise "
-                            "interval_s, the weights or analyses_per_step")
+        if canary >= spec.min_requests and needed > 5 * canary:
+            warnings.append(f"step {weight:.0%}: about {canary:.0f} canary requests per {spec.interval_s:g} s window; "
+                            f"the error test needs ~{needed:.0f} to decide on a canary failing {bad:.0%} of them "
+                            f"({needed / canary:.0f} windows): raise interval_s or the weights to act sooner")
     return warnings
 
 
@@ -198,6 +208,13 @@ def spec_problems(spec: CanarySpec) -> list[str]:
     for name, value in fractions.items():
         if not 0.0 <= value <= 1.0:
             problems.append(f"{name}={value!r}: must be in [0, 1] (example: 0.01)")
+    for name, value in (("false_promotion_rate", spec.false_promotion_rate),
+                        ("false_rollback_rate", spec.false_rollback_rate)):
+        if not 0.0 < value < 0.5:
+            problems.append(f"{name}={value!r}: must be in (0, 0.5) (example: 0.01)")
+    if not spec.error_rate_floor > 0.0:
+        problems.append(f"error_rate_floor={spec.error_rate_floor!r}: must be > 0, the error test's "
+                        "acceptable rate (example: 0.01)")
     if not 0.0 < spec.ctr_alpha < 0.5:
         problems.append(f"ctr_alpha={spec.ctr_alpha!r}: must be in (0, 0.5) (example: 0.01)")
     if not spec.ctr_success_actions or not set(spec.ctr_success_actions) <= set(spec.ctr_trial_actions):

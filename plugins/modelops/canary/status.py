@@ -1,4 +1,4 @@
-"""The canary status record (ARCHITECTURE.md, "canary status"): persisted at every transition.
+"""The canary status record: persisted at every transition.
 
 Frozen and JSON round-trips with ``schema_version`` 1, so a restarted scheduler,
 triggerer or worker resumes a release from the stored status. Times are epoch seconds.
@@ -10,10 +10,11 @@ import enum
 import json
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from modelops.canary.gates import Analysis, Baseline
+from modelops.canary.sequential import ErrorEvidence
 from modelops.errors import ContractError
 
 STATUS_SCHEMA_VERSION = 1
@@ -83,6 +84,8 @@ class CanaryStatus:
         mttr_s: rollback_applied_at − first_failing_window_start (abort: − the abort time).
         last_window_end: end of the latest window consumed; an older or equal window is
             ignored, so a replayed measurement after a restart never counts twice.
+        error_evidence: both versions' requests and errors over the windows analysed at the
+            current step (the sequential error test's evidence; reset at each step).
     """
 
     model: str
@@ -109,6 +112,7 @@ class CanaryStatus:
     rollback_applied_at: float | None = None
     mttr_s: float | None = None
     last_window_end: float | None = None
+    error_evidence: ErrorEvidence = field(default_factory=ErrorEvidence)
     schema_version: int = STATUS_SCHEMA_VERSION
 
     def to_dict(self) -> dict[str, Any]:
@@ -127,7 +131,7 @@ class CanaryStatus:
             "first_failing_window_start": _opt(self.first_failing_window_start),
             "rollback_requested_at": _opt(self.rollback_requested_at),
             "rollback_applied_at": _opt(self.rollback_applied_at), "mttr_s": _opt(self.mttr_s),
-            "last_window_end": _opt(self.last_window_end),
+            "last_window_end": _opt(self.last_window_end), "error_evidence": self.error_evidence.to_dict(),
         }
 
     def to_json(self) -> str:
@@ -161,6 +165,7 @@ class CanaryStatus:
                 first_failing_window_start=opt("first_failing_window_start"),
                 rollback_requested_at=opt("rollback_requested_at"), rollback_applied_at=opt("rollback_applied_at"),
                 mttr_s=opt("mttr_s"), last_window_end=opt("last_window_end"),
+                error_evidence=ErrorEvidence.from_dict(raw.get("error_evidence")),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ContractError(f"canary status: unreadable document ({type(exc).__name__}: {exc})") from exc
