@@ -204,6 +204,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("canary_metrics", "MODELOPS_CANARY_METRICS", _choice("scrape", "prometheus"), "scrape",
             "Where the canary reads its per-version metrics: scrape the gateways' and Triton's /metrics "
             "(differenced over the window), or PromQL against MODELOPS_PROMETHEUS_URL."),
+    Setting("canary_sticky_salt", "MODELOPS_CANARY_STICKY_SALT", _choice("per_release", "none"), "per_release",
+            "Salt of the sticky canary split: per_release (the canary's sha256 prefix, written to the routes "
+            "document, so each release draws a different cohort of users) or none (the same users every time)."),
     Setting("prometheus_url", "MODELOPS_PROMETHEUS_URL", _optional_url, "",
             "Prometheus HTTP API base URL (required when MODELOPS_CANARY_METRICS=prometheus).",
             example="http://prometheus:9090"),
@@ -256,6 +259,7 @@ class Settings:
     sample_share: float
     gateway_urls: tuple[str, ...]
     canary_metrics: str
+    canary_sticky_salt: str
     prometheus_url: str
     prometheus_up_selector: str
     pushgateway_url: str

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import json
 from typing import Any
 
 import pytest
@@ -100,3 +101,42 @@ def test_raising_the_weight_keeps_canary_users() -> None:
 
 def test_no_canary_means_stable_for_everyone() -> None:
     assert {choose_version(_routes(0.0), u) for u in USERS[:500]} == {STABLE}
+
+
+def test_each_release_salt_draws_a_different_cohort_and_keeps_it_across_steps() -> None:
+    import dataclasses
+
+    def cohort(salt: str, weight: float) -> set[str]:
+        routes = dataclasses.replace(_routes(weight), canary_salt=salt)
+        return {u for u in USERS if choose_version(routes, u) == CANARY}
+
+    first, second = cohort("b" * 16, 0.25), cohort("c" * 16, 0.25)
+    overlap = len(first & second) / len(USERS)
+    assert abs(overlap - 0.25 * 0.25) < 0.02  # independent draws, not the same users (overlap would be 0.25)
+    assert first <= cohort("b" * 16, 0.5)  # within one release, raising the weight keeps the cohort
+    assert cohort("", 0.25) == {u for u in USERS if user_fraction(u) < 0.25}  # unsalted: the old split
+
+
+def test_the_salt_round_trips_and_is_validated() -> None:
+    doc = {**DOC, "canary_salt": "0123456789abcdef"}
+    routes = parse_routes(doc)
+    assert routes.canary_salt == "0123456789abcdef"
+    assert parse_routes(json.loads(serialize_routes(routes))) == routes
+    assert "canary_salt" not in json.loads(serialize_routes(parse_routes(DOC)))  # unsalted documents unchanged
+    with pytest.raises(ContractError, match="canary_salt"):
+        parse_routes({**DOC, "canary_salt": "a b"})
+
+
+def test_the_release_writes_the_canary_sha_prefix_as_salt_unless_disabled() -> None:
+    from datetime import UTC, datetime
+
+    from modelops.canary.adapters import next_routes
+    from modelops.canary.runner import VersionRef as ReleaseRef
+
+    stable, canary = ReleaseRef(3, "a" * 64, "7"), ReleaseRef(4, "b" * 64, "8")
+    now = datetime(2026, 11, 30, tzinfo=UTC)
+    step1 = next_routes(None, "recommender", stable, canary, 0.25, "t", now)
+    step2 = next_routes(step1, "recommender", stable, canary, 0.5, "t", now)
+    assert step1.canary_salt == step2.canary_salt == "b" * 16
+    assert next_routes(step2, "recommender", canary, None, 0.0, "t", now).canary_salt == ""
+    assert next_routes(None, "recommender", stable, canary, 0.25, "t", now, salted=False).canary_salt == ""

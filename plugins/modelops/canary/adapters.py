@@ -50,13 +50,18 @@ def current_routes(store: BlobStore, model: str) -> Routes | None:
 
 
 def next_routes(current: Routes | None, model: str, stable: VersionRef, canary: VersionRef | None, weight: float,
-                by: str, now: datetime) -> Routes:
-    """The routes document that follows ``current`` (its revision + 1)."""
+                by: str, now: datetime, *, salted: bool = True) -> Routes:
+    """The routes document that follows ``current`` (its revision + 1).
+
+    ``salted``: the sticky split is salted with the canary's sha256 prefix, the same for every
+    step of one release (earlier canary users stay on it) and different for the next release.
+    """
+    salt = canary.sha256[:16] if salted and canary is not None else ""
     return Routes(model=model, revision=(current.revision + 1) if current else 1,
                   stable=RouteVersion(stable.triton_version, stable.sha256),
                   canary=None if canary is None else RouteVersion(canary.triton_version, canary.sha256),
                   canary_weight=weight if canary is not None else 0.0,
-                  updated_at=now.isoformat(), updated_by=by)
+                  updated_at=now.isoformat(), updated_by=by, canary_salt=salt)
 
 
 class GatewayDown(ConnectionError):
@@ -98,13 +103,15 @@ class ObjectStoreRoutes:
     timeout_s: float = 30.0
     poll_s: float = 0.2
     down_after_s: float = 5.0
+    salted: bool = True
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     last_down: tuple[str, ...] = ()
 
     def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str) -> float:
         now = datetime.fromtimestamp(self.clock(), UTC)
-        routes = next_routes(current_routes(self.store, model), model, stable, canary, weight, by, now)
+        routes = next_routes(current_routes(self.store, model), model, stable, canary, weight, by, now,
+                             salted=self.salted)
         self.store.put_bytes(routes_key(model), serialize_routes(routes), content_type="application/json")
         return self.wait(model, routes.revision)
 

@@ -165,7 +165,8 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
         stable = VersionRef(current.stable.version, current.stable.sha256,
                             _stable_mlflow_version(model, current.stable.version))
         release = Release(model, stable, canary, released_by=str(candidate.get("started_by") or "modelops"))
-    runner = Runner(spec=spec, release=release, routes=ObjectStoreRoutes(store, urls), serving=TritonServing(cfg),
+    routes = ObjectStoreRoutes(store, urls, salted=cfg.canary_sticky_salt == "per_release")
+    runner = Runner(spec=spec, release=release, routes=routes, serving=TritonServing(cfg),
                     registry=MlflowRegistryPort(MlflowRegistry.from_settings(cfg)), notifier=default_notifier(),
                     store=PhasePushingStore(ObjectStoreStatusStore(store, checkpoint_key(
                         model, release.canary.triton_version))))  # the phase also goes to the Pushgateway

@@ -6,12 +6,15 @@ DAG writes it, every gateway polls it. Format (``schema_version`` 1)::
     {"schema_version": 1, "model": "recommender", "revision": 7,
      "stable": {"version": 3, "sha256": "<64 hex>"},
      "canary": {"version": 4, "sha256": "<64 hex>"} | null,
-     "canary_weight": 0.05, "updated_at": "<ISO 8601>", "updated_by": "<who>"}
+     "canary_weight": 0.05, "updated_at": "<ISO 8601>", "updated_by": "<who>",
+     "canary_salt": "<per-release salt>"}  # optional; absent or "" means unsalted
 
 ``revision`` increases with every change; a gateway applies only a higher revision.
 Assignment is sticky: a user goes to the canary when :func:`user_fraction` of their
 ``user_id`` is below ``canary_weight``, so raising the weight keeps every earlier
-canary user on the canary, and one user always sees one version.
+canary user on the canary, and one user always sees one version. The hash is salted with
+``canary_salt`` (the release writes the canary's sha256 prefix, ``MODELOPS_CANARY_STICKY_SALT``),
+so each release draws a different cohort: the same users are not the canary of every release.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ SCHEMA_VERSION = 1
 ROUTES_PREFIX = "routes/"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
 _MODEL = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
+_SALT = re.compile(r"^[A-Za-z0-9_.:-]{0,64}$")
 
 
 @dataclass(frozen=True)
@@ -55,6 +59,7 @@ class Routes:
     canary_weight: float
     updated_at: str
     updated_by: str
+    canary_salt: str = ""
     schema_version: int = SCHEMA_VERSION
 
 
@@ -110,7 +115,10 @@ def parse_routes(document: Any) -> Routes:
     updated_at, updated_by = document.get("updated_at", ""), document.get("updated_by", "")
     if not isinstance(updated_at, str) or not isinstance(updated_by, str):
         raise ContractError("routes.updated_at / updated_by: must be strings")
-    return Routes(model, revision, stable, canary, float(weight), updated_at, updated_by)
+    salt = document.get("canary_salt", "")
+    if not isinstance(salt, str) or not _SALT.match(salt):
+        raise ContractError(f"routes.canary_salt={salt!r}: must match {_SALT.pattern} (example: 3f2a9c1b7d4e5f60)")
+    return Routes(model, revision, stable, canary, float(weight), updated_at, updated_by, salt)
 
 
 def routes_to_dict(routes: Routes) -> dict[str, Any]:
@@ -118,9 +126,12 @@ def routes_to_dict(routes: Routes) -> dict[str, Any]:
     def ref(v: VersionRef | None) -> dict[str, Any] | None:
         return None if v is None else {"version": v.version, "sha256": v.sha256}
 
-    return {"schema_version": routes.schema_version, "model": routes.model, "revision": routes.revision,
-            "stable": ref(routes.stable), "canary": ref(routes.canary), "canary_weight": routes.canary_weight,
-            "updated_at": routes.updated_at, "updated_by": routes.updated_by}
+    document = {"schema_version": routes.schema_version, "model": routes.model, "revision": routes.revision,
+                "stable": ref(routes.stable), "canary": ref(routes.canary), "canary_weight": routes.canary_weight,
+                "updated_at": routes.updated_at, "updated_by": routes.updated_by}
+    if routes.canary_salt:
+        document["canary_salt"] = routes.canary_salt
+    return document
 
 
 def serialize_routes(routes: Routes) -> bytes:
@@ -143,9 +154,10 @@ def load_routes(data: bytes) -> Routes:
     return parse_routes(document)
 
 
-def user_fraction(user_id: str) -> float:
-    """A stable position of a user in [0, 1): the first 8 bytes of sha256(user_id) over 2**64."""
-    digest = hashlib.sha256(user_id.encode("utf-8")).digest()
+def user_fraction(user_id: str, salt: str = "") -> float:
+    """A stable position of a user in [0, 1): the first 8 bytes of sha256([salt NUL] user_id) over 2**64."""
+    data = user_id.encode("utf-8")
+    digest = hashlib.sha256(salt.encode("utf-8") + b"\0" + data if salt else data).digest()
     return int.from_bytes(digest[:8], "big") / 2.0**64
 
 
@@ -156,6 +168,7 @@ def user_hash(user_id: str) -> str:
 
 def choose_version(routes: Routes, user_id: str) -> VersionRef:
     """The version that serves ``user_id``: the canary when the user's fraction is under the weight."""
-    if routes.canary is not None and routes.canary_weight > 0 and user_fraction(user_id) < routes.canary_weight:
+    if routes.canary is not None and routes.canary_weight > 0 \
+            and user_fraction(user_id, routes.canary_salt) < routes.canary_weight:
         return routes.canary
     return routes.stable
