@@ -51,6 +51,33 @@ def binary(name: str) -> Path:
     return path
 
 
+#: Debian builds Alertmanager with its default notification templates at this fixed path (not a flag).
+DEBIAN_TEMPLATES = Path("/usr/share/prometheus/alertmanager")
+
+
+def install_alertmanager_templates(target: Path = DEBIAN_TEMPLATES) -> None:
+    """Copy the unpacked package's notification templates to where Debian's Alertmanager reads them.
+
+    Without ``default.tmpl`` there, Debian's build loads no configuration and never gets ready.
+    Only the two template files are copied (the package is still not installed).
+
+    Raises:
+        StackError: the templates are missing from the cache or the directory is not writable.
+    """
+    source = binary("alertmanager").parents[1] / "share" / "prometheus" / "alertmanager"
+    for name in ("default.tmpl", "email.tmpl"):
+        wanted = source / name
+        installed = target / name
+        if installed.exists() and installed.read_bytes() == wanted.read_bytes():
+            continue
+        try:
+            installed.parent.mkdir(parents=True, exist_ok=True)
+            installed.write_bytes(wanted.read_bytes())
+        except OSError as exc:
+            raise StackError(f"alertmanager: cannot put {name} into {target} ({exc}); Debian's build reads its "
+                             f"templates only there: copy {source}/*.tmpl there as root") from exc
+
+
 @dataclass(frozen=True)
 class Ports:
     """Loopback ports of the observability services."""
@@ -105,7 +132,8 @@ def alertmanager_config(relay_url: str, *, group_wait_s: float = 10.0, repeat_in
                            "webhook_configs": [{"url": f"{relay_url}/alerts", "send_resolved": True}]}]}
 
 
-def services(cfg: Settings, ports: Ports, *, interval_s: float = 1.0) -> list[Service]:
+def services(cfg: Settings, ports: Ports, *, interval_s: float = 1.0,
+             alert_group_wait_s: float = 10.0) -> list[Service]:
     """Alert relay, Alertmanager, Pushgateway and Prometheus (in start order) for the stack ``cfg``."""
     host = cfg.bind_host
     root = cfg.home / "observability"
@@ -126,7 +154,8 @@ def services(cfg: Settings, ports: Ports, *, interval_s: float = 1.0) -> list[Se
             alertmanager_url=url["alertmanager"], interval_s=interval_s))
 
     def prepare_alertmanager() -> None:
-        write("alertmanager.yml", alertmanager_config(url["relay"]))
+        install_alertmanager_templates()
+        write("alertmanager.yml", alertmanager_config(url["relay"], group_wait_s=alert_group_wait_s))
         (root / "alertmanager-data").mkdir(parents=True, exist_ok=True)
 
     return [
@@ -137,6 +166,7 @@ def services(cfg: Settings, ports: Ports, *, interval_s: float = 1.0) -> list[Se
                 argv=(str(binary("alertmanager")), f"--config.file={root / 'alertmanager.yml'}",
                       f"--storage.path={root / 'alertmanager-data'}",
                       f"--web.listen-address={host}:{ports.alertmanager}",
+                      f"--web.ui-path={binary('alertmanager').parents[1] / 'share/prometheus/alertmanager/ui'}/",
                       "--cluster.listen-address=", "--log.level=warn"),
                 ports=(ports.alertmanager,), health_url=f"{url['alertmanager']}/-/ready", env=env,
                 prepare=prepare_alertmanager, depends_on=("alert-relay",), url=url["alertmanager"]),
