@@ -30,6 +30,7 @@ from modelops.canary.operator import (
     extra_param_names,
 )
 from modelops.canary.spec import CanarySpec, describe
+from modelops.names import MODEL_NAME_PATTERN
 
 _JSON_TYPES = {bool: "boolean", int: "integer", float: "number", tuple: "array"}
 
@@ -47,7 +48,8 @@ def _canary_threshold_params() -> dict[str, Param]:
 
 _SPEC = CanarySpec()  # the documented defaults
 PARAMS = {
-    "model": Param("recommender", type="string", minLength=1, maxLength=64, description="Registered model name."),
+    "model": Param("recommender", type="string", pattern=MODEL_NAME_PATTERN,
+                   description=f"Registered model name ({MODEL_NAME_PATTERN})."),
     "version": Param("challenger", type="string",
                      description="Version number (e.g. 3) or alias (challenger, champion). Ignored with run_uri."),
     "run_uri": Param("", type="string", description="runs:/<run_id>/<path>: registered first, then released."),

@@ -14,8 +14,11 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
+from modelops.names import MODEL_NAME_PATTERN
+
 PARAMS = {
-    "model": Param("recommender", type="string", minLength=1, maxLength=64, description="Registered model name."),
+    "model": Param("recommender", type="string", pattern=MODEL_NAME_PATTERN,
+                   description=f"Registered model name ({MODEL_NAME_PATTERN})."),
     "version": Param(1, type="integer", minimum=1,
                      description="The canary's Triton version (modelops release start prints it)."),
     "action": Param("abort", type="string", enum=["abort", "pause", "resume"],

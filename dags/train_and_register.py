@@ -13,9 +13,11 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
+from modelops.names import MODEL_NAME_PATTERN
+
 PARAMS = {
-    "model_name": Param("recommender", type="string", minLength=1, maxLength=64,
-                        description="Registered model name in MLflow."),
+    "model_name": Param("recommender", type="string", pattern=MODEL_NAME_PATTERN,
+                        description=f"Registered model name in MLflow ({MODEL_NAME_PATTERN})."),
     "run_uri": Param("", type="string", description="runs:/<run_id>/<path> to register instead of training."),
     "seed": Param(7, type="integer", description="Seed of the synthetic world (reference model only)."),
     "hidden": Param("32", type="string", description="MLP hidden layer sizes, comma separated; empty = logreg."),

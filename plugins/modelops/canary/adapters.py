@@ -20,6 +20,7 @@ from modelops.canary.runner import Checkpoint, VersionRef
 from modelops.errors import ContractError, ModelopsError
 from modelops.gateway.routes import Routes, load_routes, routes_key, serialize_routes
 from modelops.gateway.routes import VersionRef as RouteVersion
+from modelops.names import check_model_name
 
 if TYPE_CHECKING:
     from modelops.config import Settings
@@ -203,7 +204,7 @@ class MlflowRegistryPort:
 
 def checkpoint_key(model: str, canary_triton_version: int) -> str:
     """Object-store key of a release's checkpoint."""
-    return f"canary/{model}/v{canary_triton_version}.json"
+    return f"canary/{check_model_name(model)}/v{canary_triton_version}.json"
 
 
 @dataclass

@@ -40,6 +40,7 @@ from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
 from modelops.cockpit.recording import record_first_release, record_release, responder
 from modelops.errors import ConfigError, ContractError
+from modelops.names import check_model_name
 
 CONTROL_ACTIONS = ("abort", "pause", "resume")
 NOTE_LIMIT = 1000  # Airflow's DagRun.note max length
@@ -78,7 +79,7 @@ def spec_from_params(params: Mapping[str, Any]) -> CanarySpec:
 # ------------------------------------------------------------------ control requests
 def control_key(model: str, canary_triton_version: int) -> str:
     """Object-store key of a release's pending control request."""
-    return f"canary/{model}/v{canary_triton_version}.control.json"
+    return f"canary/{check_model_name(model)}/v{canary_triton_version}.control.json"
 
 
 def write_control(store: Any, model: str, canary_triton_version: int, action: str, by: str,

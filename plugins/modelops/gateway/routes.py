@@ -27,11 +27,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from modelops.errors import ContractError
+from modelops.names import check_model_name, model_name_problem
 
 SCHEMA_VERSION = 1
 ROUTES_PREFIX = "routes/"
 _SHA256 = re.compile(r"^[0-9a-f]{64}$")
-_MODEL = re.compile(r"^[A-Za-z0-9_.-]{1,128}$")
 _SALT = re.compile(r"^[A-Za-z0-9_.:-]{0,64}$")
 
 
@@ -64,15 +64,15 @@ class Routes:
 
 
 def routes_key(model: str) -> str:
-    """Object-store key of a model's routes document."""
-    return f"{ROUTES_PREFIX}{model}.json"
+    """Object-store key of a model's routes document (the name checked: it becomes part of a key)."""
+    return f"{ROUTES_PREFIX}{check_model_name(model)}.json"
 
 
 def model_from_key(key: str) -> str | None:
     """The model name of a routes key, or None for other keys."""
     if key.startswith(ROUTES_PREFIX) and key.endswith(".json"):
         name = key[len(ROUTES_PREFIX):-len(".json")]
-        return name if _MODEL.match(name) else None
+        return name if not model_name_problem(name) else None
     return None
 
 
@@ -98,8 +98,9 @@ def parse_routes(document: Any) -> Routes:
     if document.get("schema_version") != SCHEMA_VERSION:
         raise ContractError(f"routes.schema_version={document.get('schema_version')!r}: must be {SCHEMA_VERSION}")
     model = document.get("model")
-    if not isinstance(model, str) or not _MODEL.match(model):
-        raise ContractError(f"routes.model={model!r}: must match {_MODEL.pattern} (example: recommender)")
+    problem = model_name_problem(model, "routes.model")
+    if problem:
+        raise ContractError(problem)
     revision = document.get("revision")
     if isinstance(revision, bool) or not isinstance(revision, int) or revision < 0:
         raise ContractError(f"routes.revision={revision!r}: must be an integer >= 0 (example: 7)")
@@ -118,7 +119,7 @@ def parse_routes(document: Any) -> Routes:
     salt = document.get("canary_salt", "")
     if not isinstance(salt, str) or not _SALT.match(salt):
         raise ContractError(f"routes.canary_salt={salt!r}: must match {_SALT.pattern} (example: 3f2a9c1b7d4e5f60)")
-    return Routes(model, revision, stable, canary, float(weight), updated_at, updated_by, salt)
+    return Routes(str(model), revision, stable, canary, float(weight), updated_at, updated_by, salt)
 
 
 def routes_to_dict(routes: Routes) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from modelops.config import Settings, settings
 from modelops.errors import RegistryError
+from modelops.names import check_model_name
 from modelops.registry.lifecycle import (
     CHALLENGER,
     CHAMPION,
@@ -121,6 +122,7 @@ class MlflowRegistry:
         """Register ``runs:/<run_id>/<path>`` as a new version of ``name`` (created when missing)."""
         from mlflow.exceptions import MlflowException
 
+        check_model_name(name, "name")  # the registered name becomes a Triton folder and object-store keys
         parsed = parse_run_uri(run_uri)
         try:
             self.client.create_registered_model(name)

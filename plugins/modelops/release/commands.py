@@ -7,6 +7,8 @@ import time
 import uuid
 from typing import Any
 
+from modelops.names import cli_model_name
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     release = sub.add_parser(
@@ -17,7 +19,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     actions = release.add_subparsers(dest="release_command", metavar="ACTION", required=True)
 
     start = actions.add_parser("start", help="trigger model_release and follow it until it ends")
-    start.add_argument("--model", required=True, help="registered model name")
+    start.add_argument("--model", required=True, type=cli_model_name, help="registered model name")
     start.add_argument("--version", required=True, help="MLflow version number or alias (challenger)")
     start.add_argument("--steps", default="", help="canary weights in percent, e.g. 5,25,50,100")
     start.add_argument("--interval-s", type=int, default=0, help="seconds per analysis window")
@@ -35,7 +37,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                        ("pause", "hold the canary weight (no analysis, no promotion)"),
                        ("resume", "go on with a paused release")):
         control = actions.add_parser(name, help=text)
-        control.add_argument("--model", required=True, help="registered model name")
+        control.add_argument("--model", required=True, type=cli_model_name, help="registered model name")
         control.add_argument("--version", type=int, required=True,
                              help="the canary's Triton version (printed by release start)")
         control.add_argument("--reason", default="", help="recorded in the status and the notification")

@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from modelops.config import PROJECT_ROOT
 from modelops.errors import ServingError
+from modelops.names import check_model_name
 
 TEMPLATES_DIR = PROJECT_ROOT / "model_repository" / "templates"
 Role = Literal["ensemble", "preprocess", "model"]
@@ -111,7 +112,8 @@ class Signature:
 
 
 def step_names(model: str) -> dict[Role, str]:
-    """Triton model names of the three roles of ``model``."""
+    """Triton model names (folders, ``config.pbtxt`` names) of the three roles of ``model`` (the name checked)."""
+    check_model_name(model)
     return {"preprocess": f"{model}_preprocess", "model": f"{model}_model", "ensemble": model}
 
 

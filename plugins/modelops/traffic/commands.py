@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+from modelops.names import cli_model_name
+
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     traffic = sub.add_parser(
@@ -11,7 +13,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         description="Simulated users call POST /v1/models/MODEL/predict at a fixed rate and send feedback "
                     "(click, purchase after a click, skip) through the feedback_token, with probabilities "
                     "per model version. Bounded by --requests and --seconds; prints progress every second.")
-    traffic.add_argument("--model", default="recommender", help="model name (routes document)")
+    traffic.add_argument("--model", default="recommender", type=cli_model_name, help="model name (routes document)")
     traffic.add_argument("--url", default="", help="gateway base URL (default: the configured gateway)")
     traffic.add_argument("--rate", type=float, default=20.0, help="requests per second")
     traffic.add_argument("--requests", type=int, default=1000, help="stop after this many requests")
