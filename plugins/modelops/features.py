@@ -1,6 +1,6 @@
 """Feature metadata (``expectations/features.yaml``): load and validate.
 
-Format (see ARCHITECTURE.md): a ``features:`` list of mappings with ``name``,
+Format: a ``features:`` list of mappings with ``name``,
 ``dtype``, ``min``, ``max``, ``description``, ``owner``, ``drift_sensitivity`` in
 [0, 1] and an optional ``drift_threshold`` in (0, 1].
 """

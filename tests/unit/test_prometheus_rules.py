@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROM_DIR = ROOT / "prometheus"
 RULE_FILES = sorted((PROM_DIR / "rules").glob("*.yml"))
 ALERT_TESTS = PROM_DIR / "tests" / "alerts_test.yml"
-#: Triton's series the rules read (TOOLCHAIN.md: Triton 2.51's metrics port).
+#: Triton's series the rules read (Triton 2.51's metrics port).
 TRITON_METRICS = frozenset({"nv_inference_count", "nv_inference_request_success", "nv_inference_request_failure",
                             "nv_inference_queue_duration_us", "nv_inference_request_duration_us"})
 

@@ -1,6 +1,6 @@
 """Test fixtures of the gateway that need no server: a tiny Triton model and small feature tables.
 
-Used by the integration tests, ``bench/gateway.py`` and ``modelops traffic --demo-setup``.
+Used by the gateway tests, ``bench/gateway.py`` and ``bench/prometheus.py``.
 The model is a python-backend Triton model with input ``features`` FP32 ``[n, 128]`` and
 output ``score`` FP32 ``[n, 1]`` (the ensemble contract): a sigmoid of a fixed weighted
 sum, different per version; the ``delay_s`` parameter makes it slow and ``flat`` makes it
