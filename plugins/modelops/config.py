@@ -137,15 +137,29 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("bind_host", "MODELOPS_BIND_HOST", _host, "127.0.0.1",
             "Address every embedded server binds to.", example="127.0.0.1"),
     Setting("s3_port", "MODELOPS_S3_PORT", _port, "9310",
-            "Port of the embedded S3-compatible object store (moto server)."),
+            "S3 port of the embedded object store (SeaweedFS, data under HOME/seaweedfs)."),
+    Setting("s3_grpc_port", "MODELOPS_S3_GRPC_PORT", _port, "9320", "gRPC port of the embedded SeaweedFS S3 server."),
+    Setting("seaweedfs_master_port", "MODELOPS_SEAWEEDFS_MASTER_PORT", _port, "9321",
+            "HTTP port of the embedded SeaweedFS master."),
+    Setting("seaweedfs_master_grpc_port", "MODELOPS_SEAWEEDFS_MASTER_GRPC_PORT", _port, "9322",
+            "gRPC port of the embedded SeaweedFS master."),
+    Setting("seaweedfs_volume_port", "MODELOPS_SEAWEEDFS_VOLUME_PORT", _port, "9323",
+            "HTTP port of the embedded SeaweedFS volume server."),
+    Setting("seaweedfs_volume_grpc_port", "MODELOPS_SEAWEEDFS_VOLUME_GRPC_PORT", _port, "9324",
+            "gRPC port of the embedded SeaweedFS volume server."),
+    Setting("seaweedfs_filer_port", "MODELOPS_SEAWEEDFS_FILER_PORT", _port, "9325",
+            "HTTP port of the embedded SeaweedFS filer."),
+    Setting("seaweedfs_filer_grpc_port", "MODELOPS_SEAWEEDFS_FILER_GRPC_PORT", _port, "9326",
+            "gRPC port of the embedded SeaweedFS filer."),
     Setting("s3_endpoint_url", "MODELOPS_S3_ENDPOINT_URL", _optional_url, "",
             "S3 endpoint; empty means the embedded store at http://BIND_HOST:S3_PORT.",
             example="http://minio:9000"),
-    Setting("s3_access_key", "MODELOPS_S3_ACCESS_KEY", _text, "modelops",
-            "Access key for the object store (any value works for the embedded store).",
+    Setting("s3_access_key", "MODELOPS_S3_ACCESS_KEY", _text, "",
+            "Access key for the object store; empty means: for the embedded store generate one at first start "
+            "and keep it in HOME/secrets, for MODELOPS_S3_ENDPOINT_URL boto3's default credentials.",
             secret=True),
-    Setting("s3_secret_key", "MODELOPS_S3_SECRET_KEY", _text, "modelops-secret",
-            "Secret key for the object store.", secret=True),
+    Setting("s3_secret_key", "MODELOPS_S3_SECRET_KEY", _text, "",
+            "Secret key for the object store; empty: like MODELOPS_S3_ACCESS_KEY.", secret=True),
     Setting("s3_region", "MODELOPS_S3_REGION", _text, "us-east-1", "Region name passed to boto3."),
     Setting("bucket", "MODELOPS_BUCKET", _bucket, "modelops",
             "Bucket for Triton repositories, routes, event logs and reports."),
@@ -227,6 +241,13 @@ class Settings:
     home: Path
     bind_host: str
     s3_port: int
+    s3_grpc_port: int
+    seaweedfs_master_port: int
+    seaweedfs_master_grpc_port: int
+    seaweedfs_volume_port: int
+    seaweedfs_volume_grpc_port: int
+    seaweedfs_filer_port: int
+    seaweedfs_filer_grpc_port: int
     s3_endpoint_url: str
     s3_access_key: str
     s3_secret_key: str
@@ -355,7 +376,10 @@ def _check_distinct_ports(values: Mapping[str, Any], problems: list[str]) -> Non
 
 #: Port of each server relative to a base (``stack_port_env``): one layout for tests and benchmarks.
 STACK_PORT_OFFSETS = {
-    "MODELOPS_S3_PORT": 310, "MODELOPS_MLFLOW_PORT": 510, "MODELOPS_TRITON_HTTP_PORT": 300,
+    "MODELOPS_S3_PORT": 310, "MODELOPS_S3_GRPC_PORT": 320, "MODELOPS_SEAWEEDFS_MASTER_PORT": 321,
+    "MODELOPS_SEAWEEDFS_MASTER_GRPC_PORT": 322, "MODELOPS_SEAWEEDFS_VOLUME_PORT": 323,
+    "MODELOPS_SEAWEEDFS_VOLUME_GRPC_PORT": 324, "MODELOPS_SEAWEEDFS_FILER_PORT": 325,
+    "MODELOPS_SEAWEEDFS_FILER_GRPC_PORT": 326, "MODELOPS_MLFLOW_PORT": 510, "MODELOPS_TRITON_HTTP_PORT": 300,
     "MODELOPS_TRITON_GRPC_PORT": 301, "MODELOPS_TRITON_METRICS_PORT": 302, "MODELOPS_AIRFLOW_PORT": 380,
     "MODELOPS_AIRFLOW_WORKER_LOG_PORT": 393, "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": 394,
     "MODELOPS_GATEWAY_PORT": 400, "MODELOPS_POSTGRES_PORT": 532,

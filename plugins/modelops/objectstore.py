@@ -1,4 +1,4 @@
-"""The object store adapter (S3 API through boto3): MinIO/S3 in production, moto on loopback.
+"""The object store adapter (S3 API through boto3): SeaweedFS on loopback and in compose, or any S3.
 
 Third-party errors become :class:`~modelops.errors.ObjectStoreError` here.
 """
@@ -22,16 +22,19 @@ class ObjectStore:
 
     endpoint_url: str
     bucket: str
-    access_key: str
-    secret_key: str
+    access_key: str | None
+    secret_key: str | None
     region: str = "us-east-1"
     connect_timeout_s: float = 3.0
     read_timeout_s: float = 30.0
 
     @classmethod
     def from_settings(cls, cfg: Settings | None = None, *, bucket: str | None = None) -> ObjectStore:
+        from modelops.stack.seaweedfs import s3_credentials
+
         cfg = cfg or settings()
-        return cls(cfg.s3_endpoint, bucket or cfg.bucket, cfg.s3_access_key, cfg.s3_secret_key, cfg.s3_region)
+        access, secret = s3_credentials(cfg)
+        return cls(cfg.s3_endpoint, bucket or cfg.bucket, access, secret, cfg.s3_region)
 
     @cached_property
     def client(self) -> Any:

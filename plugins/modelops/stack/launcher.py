@@ -51,6 +51,8 @@ def _http_json(url: str, timeout: float = 2.0) -> tuple[int, object]:
 def probe(service: Service) -> tuple[bool, str]:
     """(healthy, detail) of one service's health endpoint."""
     url = service.health_url
+    if service.health_check is not None:
+        return service.health_check()
     try:
         if url.startswith("tcp://"):
             host, port = url[len("tcp://"):].rsplit(":", 1)
