@@ -11,6 +11,7 @@ from __future__ import annotations
 from modelops.config import Settings, settings
 from modelops.objectstore import ObjectStore
 from modelops.serving import loader
+from modelops.serving.holds import release_hold, write_hold
 from modelops.serving.index_store import model_lock
 from modelops.serving.publisher import (
     PublishResult,
@@ -36,13 +37,17 @@ def load_version(model: str, triton_version: int, *, cfg: Settings | None = None
     store = ObjectStore.from_settings(cfg)
     mirror_release(store, model, triton_version, local_repository(cfg))
     with model_lock(store, model, owner=f"load {model} v{triton_version}"):
+        # Held, so the reconciler keeps it loaded until the routes name it (or the hold expires).
+        write_hold(store, model, triton_version, why=f"load {model} v{triton_version}")
         return loader.load_version(TritonClient.from_settings(cfg), specs_for(model, cfg), triton_version)
 
 
 def unload_version(model: str, triton_version: int, *, cfg: Settings | None = None) -> list[int]:
     """Stop serving one version (idempotent); returns the versions still served."""
     cfg = cfg or settings()
-    with model_lock(ObjectStore.from_settings(cfg), model, owner=f"unload {model} v{triton_version}"):
+    store = ObjectStore.from_settings(cfg)
+    with model_lock(store, model, owner=f"unload {model} v{triton_version}"):
+        release_hold(store, model, triton_version)
         return loader.unload_version(TritonClient.from_settings(cfg), specs_for(model, cfg), triton_version)
 
 

@@ -47,6 +47,40 @@ def _served(args: argparse.Namespace) -> int:
     return 0 if versions else 1
 
 
+def _reconcile(args: argparse.Namespace) -> int:
+    import logging
+    import time
+
+    from modelops.config import settings
+    from modelops.errors import ModelopsError
+    from modelops.objectstore import ObjectStore
+    from modelops.serving.publisher import local_repository, specs_for
+    from modelops.serving.reconcile import Reconciler, TritonTarget, status_file_of, write_status
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = settings()
+    if args.triton:
+        tritons = [TritonTarget(url) for url in args.triton]
+    else:  # the configured Triton; the embedded one reads the local repository the reconciler mirrors into
+        tritons = [TritonTarget(cfg.triton_http_url, None if cfg.triton_url else local_repository(cfg))]
+    reconciler = Reconciler(ObjectStore.from_settings(cfg), tritons, lambda model: specs_for(model, cfg),
+                            grace_s=args.grace_s)
+    status_file = status_file_of(cfg)
+    while True:
+        started = time.monotonic()
+        try:
+            outcomes = reconciler.tick()
+            write_status(status_file, outcomes)
+        except ModelopsError as exc:  # the object store is unreachable: Triton is left as it is
+            logging.getLogger("modelops.reconcile").warning("tick skipped: %s", exc)
+            outcomes = []
+            write_status(status_file, [], error=str(exc)[-500:])
+        if args.once:
+            print(json.dumps([o.to_dict() for o in outcomes], indent=2))
+            return 1 if any(o.action == "error" for o in outcomes) else 0
+        time.sleep(max(0.0, args.interval_s - (time.monotonic() - started)))
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``publish``, ``load``, ``unload`` and ``served`` to the ``modelops`` command line."""
     publish = sub.add_parser("publish", help="publish an MLflow model version as a Triton version and load it")
@@ -69,3 +103,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     served = sub.add_parser("served", help="list the versions Triton serves and check each answers")
     served.add_argument("--model", required=True, help="Triton pipeline name")
     served.set_defaults(func=_served)
+
+    reconcile = sub.add_parser("reconcile", help="make every Triton serve exactly the routed versions "
+                               "(a loop; the embedded stack runs it as the 'reconciler' service)")
+    reconcile.add_argument("--once", action="store_true", help="one pass, print what it did, exit")
+    reconcile.add_argument("--interval-s", type=float, default=1.0, help="seconds between passes (default 1)")
+    reconcile.add_argument("--grace-s", type=float, default=600.0,
+                           help="seconds a version stays loaded after the routes stopped naming it (default 600)")
+    reconcile.add_argument("--triton", action="append", default=[], metavar="URL",
+                           help="a Triton HTTP URL to keep in line (repeatable; default: the configured one)")
+    reconcile.set_defaults(func=_reconcile)

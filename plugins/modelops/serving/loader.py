@@ -120,6 +120,27 @@ def unload_version(client: TritonClient, specs: Mapping[Role, ModelConfigSpec], 
     return []
 
 
+def serve_exactly(client: TritonClient, specs: Mapping[Role, ModelConfigSpec], versions: Sequence[int]) -> list[int]:
+    """Make the three models serve exactly ``versions`` with the rendered config (none: unload them).
+
+    Adding versions reloads the three models in parallel; dropping one goes pipeline first.
+    Raises:
+        ServingError: a load failed or Triton's config differs from the rendered one.
+    """
+    target = sorted(set(versions))
+    if not target:
+        for role in reversed(ROLES):
+            if client.ready_versions(specs[role].name):
+                client.unload(specs[role].name)
+        return []
+    current = set(client.ready_versions(specs["ensemble"].name))
+    if current - set(target):
+        _apply(client, specs, target, tuple(reversed(ROLES)), parallel=False)
+    else:
+        _apply(client, specs, target, ROLES, parallel=True)
+    return target
+
+
 @dataclass(frozen=True)
 class ServedCheck:
     """The outcome of :func:`verify_served`."""

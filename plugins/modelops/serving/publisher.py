@@ -23,6 +23,7 @@ from modelops.config import PROJECT_ROOT, Settings, settings
 from modelops.errors import ServingError
 from modelops.objectstore import ObjectStore
 from modelops.serving.builder import Artifacts, release_files
+from modelops.serving.holds import write_hold
 from modelops.serving.index_store import allocate_version, model_lock
 from modelops.serving.loader import ServedCheck, load_version, verify_served
 from modelops.serving.modelinfo import MODEL_INFO_FILE, Manifest, ModelInfo, bundle_sha256, sha256_bytes
@@ -149,6 +150,8 @@ def publish_artifacts(
         already = all(client.is_model_ready(spec.name, version) for spec in specs.values())
         if not (already and not uploaded):
             with model_lock(store, model, owner=f"publish {model} v{version}"):
+                # Held, so the reconciler keeps it loaded until the routes name it (or the hold expires).
+                write_hold(store, model, version, why=f"publish {model} v{version}")
                 load_version(client, specs, version)
         loaded = True
     return PublishResult(model, version, sha, uploaded, loaded, store.uri(REPOSITORY_PREFIX),
