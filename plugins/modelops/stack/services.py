@@ -14,12 +14,15 @@ import subprocess
 import sys
 import sysconfig
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelops.config import PROJECT_ROOT, SETTINGS, Settings
 from modelops.errors import StackError
+from modelops.stack import seaweedfs
+from modelops.stack.seaweedfs import s3_credentials
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -41,6 +44,8 @@ class Service:
     # /api/v2/monitor/health answer whose status must be "healthy".
     airflow_component: str | None = None
     url: str = ""
+    # A health check richer than an HTTP GET (the object store: a real S3 round trip); wins over health_url.
+    health_check: Callable[[], tuple[bool, str]] | None = None
 
     def log_file(self, home: Path) -> Path:
         return home / "logs" / f"{self.name}.log"
@@ -100,8 +105,10 @@ def base_env(cfg: Settings) -> dict[str, str]:
     env = dict(os.environ)
     env.update(modelops_env(cfg))
     env["PATH"] = f"{VENV_BIN}{os.pathsep}{env.get('PATH', '')}"
-    env["AWS_ACCESS_KEY_ID"] = cfg.s3_access_key
-    env["AWS_SECRET_ACCESS_KEY"] = cfg.s3_secret_key
+    access, secret = s3_credentials(cfg)
+    if access and secret:  # the embedded store's generated keys reach every child process
+        env["AWS_ACCESS_KEY_ID"] = env["MODELOPS_S3_ACCESS_KEY"] = access
+        env["AWS_SECRET_ACCESS_KEY"] = env["MODELOPS_S3_SECRET_KEY"] = secret
     env["AWS_DEFAULT_REGION"] = cfg.s3_region
     env["NO_PROXY"] = env["no_proxy"] = "127.0.0.1,localhost"
     return env
@@ -109,6 +116,8 @@ def base_env(cfg: Settings) -> dict[str, str]:
 
 # ---------------------------------------------------------------- object store
 def object_store(cfg: Settings) -> Service:
+    """SeaweedFS (see :mod:`modelops.stack.seaweedfs`): durable, data under HOME/seaweedfs."""
+
     def create_buckets() -> None:
         from modelops.objectstore import ObjectStore
 
@@ -117,12 +126,14 @@ def object_store(cfg: Settings) -> Service:
 
     return Service(
         name="objectstore",
-        argv=(str(VENV_BIN / "moto_server"), "-H", cfg.bind_host, "-p", str(cfg.s3_port)),
-        ports=(cfg.s3_port,),
-        health_url=f"http://{cfg.bind_host}:{cfg.s3_port}/moto-api/data.json",
+        argv=seaweedfs.argv(cfg, VENV_BIN / "weed"),
+        ports=seaweedfs.ports(cfg),
+        health_url=f"s3://{cfg.bind_host}:{cfg.s3_port}/{cfg.bucket}/{seaweedfs.HEALTH_KEY}",
         env=base_env(cfg),
+        prepare=lambda: seaweedfs.prepare(cfg),
         after_healthy=create_buckets,
         url=f"http://{cfg.bind_host}:{cfg.s3_port}",
+        health_check=lambda: seaweedfs.health(cfg),
     )
 
 
@@ -411,10 +422,34 @@ def gateway(cfg: Settings) -> Service:
     )
 
 
+# ---------------------------------------------------------------- the Triton reconciler
+def reconciler(cfg: Settings) -> Service:
+    """``modelops reconcile``: every Triton serves exactly the routed versions (modelops.serving.reconcile)."""
+    from modelops.serving.reconcile import status_file_of
+
+    def fresh() -> tuple[bool, str]:
+        try:
+            age = time.time() - status_file_of(cfg).stat().st_mtime
+        except OSError:
+            return False, "no pass finished yet"
+        return age < 30.0, f"last pass {age:.0f} s ago"
+
+    return Service(
+        name="reconciler",
+        argv=(str(VENV_BIN / "modelops"), "reconcile"),
+        ports=(),
+        health_url=f"file://{cfg.home / 'run' / 'reconciler.status.json'}",
+        env=base_env(cfg),
+        depends_on=("objectstore", "triton"),
+        prepare=lambda: status_file_of(cfg).unlink(missing_ok=True),  # healthy after a pass of this process
+        health_check=fresh,
+    )
+
+
 def all_services(cfg: Settings) -> list[Service]:
     """The services in start order."""
     services = [object_store(cfg)]
     if cfg.mlflow_backend == "postgresql":
         services.append(postgres(cfg))
-    services += [mlflow(cfg), triton(cfg), gateway(cfg), *airflow_services(cfg)]
+    services += [mlflow(cfg), triton(cfg), reconciler(cfg), gateway(cfg), *airflow_services(cfg)]
     return services
