@@ -122,7 +122,7 @@ RELEASES = Dashboard(
     ),
     annotations=(
         ("Routes changes (release steps, promotion, rollback)",
-         _q(f"changes(max by (model) (modelops_gateway_routes_revision{{{M}}})[2m:15s]) > 0", "{{model}}")),
+         _q(f"sum by (model) (changes(modelops_gateway_routes_revision{{{M}}}[2m])) > 0", "{{model}}")),
     ),
 )
 
