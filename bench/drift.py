@@ -5,7 +5,8 @@ Generates ROWS x (128 features + score) scored samples for a baseline and a curr
 known columns. Then, alternating, several rounds of:
 
 - numpy anchor: ``ProcessPoolExecutor(2)`` splitting the columns; each process reads its
-  columns of both sides with pyarrow and computes the exact D (sort + searchsorted);
+  columns of both sides with pyarrow and computes the exact D (``exact_ks``: each side sorted
+  once and searched into the other, the least work an exact D needs);
 - the Spark job in a session created once (``compute_drift``, start-up excluded);
 - the Spark job end to end in a fresh process (``run_drift``: interpreter, JVM, session, job,
   outputs);

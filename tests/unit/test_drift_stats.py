@@ -229,3 +229,13 @@ def test_summary_drifts_when_only_the_score_drifts() -> None:
     summary = DriftSummary(100, 100, False, 0.05, _column("score", 0.3, sensitivity=None), calm)
     assert summary.drifted and summary.top_causes == ()
     assert not DriftSummary(100, 100, False, 0.05, _column("score", 0.01, sensitivity=None), calm).drifted
+
+
+def test_exact_ks_matches_scipy_on_heavy_ties_and_tiny_samples() -> None:
+    # Each side searched into the other: ties inside and across the samples are where that could go wrong.
+    rng = np.random.default_rng(7)
+    for _ in range(300):
+        n, m = (int(x) for x in rng.integers(1, 40, 2))
+        a = rng.integers(0, 6, n).astype(np.float64)
+        b = (rng.integers(0, 6, m) + rng.integers(0, 2)).astype(np.float64)
+        assert stats.exact_ks(a, b) == pytest.approx(_scipy(a, b), abs=1e-12), (a, b)
