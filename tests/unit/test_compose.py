@@ -56,11 +56,12 @@ def test_the_check_rejects_a_broken_file(tmp_path: Path, breakage: str) -> None:
 
 def test_topology_has_every_component_with_health_checks() -> None:
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
-    expected = {"postgres", "minio", "minio-init", "mlflow", "triton", "airflow-init", "airflow-api-server",
+    one_shot = {"init", "objectstore-init", "mlflow-init", "airflow-db-migrate"}
+    expected = {"postgres", "objectstore", "mlflow", "triton", "reconciler", "airflow-api-server",
                 "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker",
-                "gateway-1", "gateway-2", "gateway-lb"}
+                "gateway-1", "gateway-2", "gateway-lb"} | one_shot
     assert expected <= set(services)
-    for name in expected - {"minio-init", "airflow-init", "spark-worker", "gateway-lb"}:
+    for name in expected - one_shot:
         assert "healthcheck" in services[name], name
     assert "--model-control-mode=explicit" in services["triton"]["command"]
     # Two gateway replicas, each addressable, each listed for the canary, both behind the balancer.

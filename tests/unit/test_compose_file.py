@@ -1,0 +1,126 @@
+"""Structure of the production topology (docker-compose.yml), resolved by the real Compose binary (no engine).
+
+Only the load-balanced gateway, the Airflow UI and the MLflow UI are published; every long-running
+service has a health check; placeholder or empty secrets are refused by the init service's check.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import compose
+from modelops.config import PROJECT_ROOT
+from modelops.deploy.preflight import SECRETS, check_secrets, parse_env_file, secret_problems
+from modelops.errors import ConfigError
+
+COMPOSE_BIN = Path(compose.__file__).parent / "docker-compose"
+ENV_EXAMPLE = PROJECT_ROOT / ".env.example"
+PUBLISHED = {"gateway-lb": 8400, "airflow-api-server": 8080, "mlflow": 5000}
+FERNET = "q3Tq3vCIKyi_yy1UnY8xkGl2Z0Gsw4jEjQ3b2cQ3mXI="
+
+
+def resolve(env_text: str, tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
+    env_file = tmp_path / "test.env"
+    env_file.write_text(env_text)
+    args = [str(COMPOSE_BIN), "-p", "structure", "--env-file", str(env_file)]
+    for name in files or ("docker-compose.yml",):
+        args += ["-f", str(PROJECT_ROOT / name)]
+    # A clean environment: Compose lets the caller's variables win over the env file.
+    clean = {"PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    return subprocess.run([*args, "config", "--format", "json"], cwd=PROJECT_ROOT, capture_output=True, text=True,
+                          timeout=60, check=False, env=clean)
+
+
+def example_with_fernet() -> str:
+    return ENV_EXAMPLE.read_text().replace("AIRFLOW_FERNET_KEY=\n", f"AIRFLOW_FERNET_KEY={FERNET}\n")
+
+
+@pytest.fixture(scope="module")
+def production(tmp_path_factory: pytest.TempPathFactory) -> dict:
+    result = resolve(example_with_fernet(), tmp_path_factory.mktemp("compose"))
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout)
+
+
+def test_only_the_gateway_lb_airflow_and_mlflow_are_published(production: dict) -> None:
+    published = {name: [int(p["target"]) for p in svc.get("ports", [])]
+                 for name, svc in production["services"].items() if svc.get("ports")}
+    assert published == {name: [port] for name, port in PUBLISHED.items()}
+    for name in ("triton", "objectstore", "postgres", "spark-master", "spark-worker", "gateway-1", "gateway-2"):
+        assert not production["services"][name].get("ports"), name
+
+
+def test_every_long_running_service_has_a_health_check(production: dict) -> None:
+    long_running = [n for n, s in production["services"].items() if s.get("restart") == "unless-stopped"]
+    assert len(long_running) >= 14
+    missing = [n for n in long_running if not production["services"][n].get("healthcheck", {}).get("test")]
+    assert missing == []
+
+
+def test_mlflow_runs_behind_basic_auth_and_accepts_its_service_name(production: dict) -> None:
+    command = production["services"]["mlflow"]["command"]
+    assert "--app-name=basic-auth" in command
+    allowed = next(c for c in command if c.startswith("--allowed-hosts="))
+    assert {"mlflow", "mlflow:5000"} <= set(allowed.split("=", 1)[1].split(","))
+    airflow_env = production["services"]["airflow-scheduler"]["environment"]
+    assert airflow_env["MLFLOW_TRACKING_USERNAME"] == "airflow"
+
+
+def test_each_service_has_its_own_object_store_identity(production: dict) -> None:
+    keys = {name: production["services"][name]["environment"]["AWS_ACCESS_KEY_ID"]
+            for name in ("airflow-scheduler", "mlflow", "gateway-1", "triton")}
+    assert len(set(keys.values())) == 4, keys
+
+
+def test_images_build_from_the_project_dockerfile(production: dict) -> None:
+    for name in ("mlflow", "airflow-scheduler", "gateway-1", "spark-master", "spark-worker", "objectstore"):
+        service = production["services"][name]
+        assert service["build"]["dockerfile"] == "docker/Dockerfile", name
+        assert service.get("entrypoint") is None, name
+
+
+def test_the_documented_example_resolves_and_the_init_check_names_the_empty_fernet_key(tmp_path: Path) -> None:
+    result = resolve(ENV_EXAMPLE.read_text(), tmp_path)
+    assert result.returncode == 0, result.stderr
+    init_env = json.loads(result.stdout)["services"]["init"]["environment"]
+    problems = secret_problems(init_env, parse_env_file(ENV_EXAMPLE.read_text()))
+    assert any(p.startswith("AIRFLOW_FERNET_KEY is empty") for p in problems), problems
+
+
+def test_the_init_service_refuses_every_placeholder_secret(production: dict) -> None:
+    """The init service gets every secret, and its check names each one still at its placeholder."""
+    init_env = production["services"]["init"]["environment"]
+    problems = secret_problems(init_env, parse_env_file(ENV_EXAMPLE.read_text()))
+    for name in SECRETS:
+        if name != "AIRFLOW_FERNET_KEY":
+            assert any(p.startswith(f"{name} still holds the .env.example placeholder") for p in problems), name
+    assert any(p.startswith("AIRFLOW_FERNET_KEY") for p in secret_problems({}, {}))
+
+
+def test_the_test_override_replaces_only_postgres_nginx_and_triton(tmp_path: Path, production: dict) -> None:
+    result = resolve(example_with_fernet(), tmp_path, "docker-compose.yml", "docker-compose.test.yml")
+    assert result.returncode == 0, result.stderr
+    test = json.loads(result.stdout)
+    changed = sorted(n for n, s in test["services"].items() if s != production["services"][n])
+    assert changed == ["gateway-lb", "postgres", "triton"]
+    assert "deploy" not in test["services"]["triton"]
+
+
+def test_good_secrets_pass_and_bad_ones_are_named() -> None:
+    placeholders = parse_env_file(ENV_EXAMPLE.read_text())
+    good = {name: f"{name.lower()}-0123456789abcdef" for name in SECRETS}
+    good["AIRFLOW_FERNET_KEY"] = FERNET
+    good |= {f"S3_{who}_ACCESS_KEY": who.lower() for who in ("ADMIN", "AIRFLOW", "MLFLOW", "GATEWAY", "TRITON")}
+    check_secrets(good, placeholders)
+    bad = good | {"AIRFLOW_FERNET_KEY": "not-base64!", "S3_TRITON_SECRET_KEY": "short",
+                  "POSTGRES_PASSWORD": placeholders["POSTGRES_PASSWORD"], "S3_ADMIN_ACCESS_KEY": ""}
+    with pytest.raises(ConfigError) as info:
+        check_secrets(bad, placeholders)
+    message = str(info.value)
+    for expected in ("AIRFLOW_FERNET_KEY", "S3_TRITON_SECRET_KEY is 5 characters", "POSTGRES_PASSWORD still holds",
+                     "S3_ADMIN_ACCESS_KEY is empty"):
+        assert expected in message
