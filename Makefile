@@ -13,7 +13,7 @@ PROMETHEUS_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus
 PUSHGATEWAY_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus-pushgateway
 ALERTMANAGER_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus-alertmanager
 
-.PHONY: venv system-deps prometheus demo test lint typecheck unit integration bench stack-up stack-down clean
+.PHONY: venv system-deps prometheus demo test lint typecheck unit integration bench stack-up stack-down clean compose-test
 
 $(STAMP): requirements.lock pyproject.toml
 	@echo "==> creating $(VENV) from requirements.lock (first time: ~2-4 minutes)"
@@ -80,6 +80,11 @@ stack-up: venv
 
 stack-down: venv
 	$(BIN)/modelops stack down
+
+# The production topology for real: engine + base image when missing, the project image, up --wait with
+# docker-compose.test.yml, the checks (pytest -m compose tests/compose), down -v always (docker/compose-test.sh).
+compose-test: venv
+	docker/compose-test.sh
 
 clean:
 	-test -x $(BIN)/modelops && $(BIN)/modelops stack down
