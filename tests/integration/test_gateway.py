@@ -435,6 +435,64 @@ def test_kill9_during_a_feedback_burst_loses_no_acknowledged_event(
     assert not lost
 
 
+def test_kill9_under_prediction_traffic_loses_no_acknowledged_prediction(
+        served: dict[str, Any], stack_settings: Settings, object_store: ObjectStore, tmp_path: Path) -> None:
+    process = GatewayProcess(free_port(), tmp_path / "spool", tmp_path / "gw.log", gateway_env(stack_settings),
+                             ("--segment-max-age-s", "60"))  # nothing uploads before the kill
+    process.start()
+    ids = [f"dur-{RUN}-{k}" for k in range(4000)]
+    acknowledged: list[str] = []
+    lock = threading.Lock()
+    local = threading.local()
+    killed = threading.Event()
+
+    def send(request_id: str) -> None:
+        if killed.is_set():
+            return
+        session = getattr(local, "session", None) or requests.Session()
+        local.session = session
+        try:
+            response = session.post(f"{process.url}/v1/models/{MODEL}/predict", timeout=5,
+                                    json=good_body(f"u_{len(request_id) % 50:04d}", n=3),
+                                    headers={"X-Request-ID": request_id})
+        except requests.RequestException:
+            return
+        if response.status_code == 200:
+            with lock:
+                acknowledged.append(request_id)
+
+    def killer() -> None:
+        while len(acknowledged) < 300:
+            time.sleep(0.002)
+        assert process.proc is not None
+        os.kill(process.proc.pid, signal.SIGKILL)
+        killed.set()
+
+    kill = threading.Thread(target=killer)
+    kill.start()
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(send, ids))
+    kill.join()
+    assert process.proc is not None
+    process.proc.wait(timeout=10)
+    assert 300 <= len(acknowledged) < len(ids), "the kill happened under traffic"
+    assert list((tmp_path / "spool" / "predictions").glob("*.open")), "the dead gateway left an open segment"
+    process.start()  # the same spool: leftovers are sealed and uploaded at start
+    wanted = set(acknowledged)
+    deadline = time.monotonic() + 60
+    found: set[str] = set()
+    while time.monotonic() < deadline:
+        found = {r["request_id"] for r in _log_rows(object_store, LOG_PREFIXES["predictions"], "request_id",
+                                                    set(ids))}
+        if wanted <= found:
+            break
+        time.sleep(1)
+    process.stop()
+    lost = wanted - found
+    print(f"prediction traffic: {len(acknowledged)} acknowledged, {len(found)} in the store, {len(lost)} lost")
+    assert not lost
+
+
 def test_traffic_generator_sends_predictions_and_feedback_per_version(gateway: GatewayProcess) -> None:
     import asyncio
 

@@ -492,25 +492,33 @@ class Gateway:
                              "model_id": version.label, "variant": variant, "scores": scores.tolist(),
                              "feedback_token": token})
         inference_ms = timing.inference_s * 1000.0
-        await _respond(send, 200, body, request_id, [
-            (b"x-model-version", version.label.encode()),
-            (b"x-inference-latency", f"{inference_ms:.3f}".encode()),
-        ])
-        total_s = timing.total_s()
-        origin = timing.delay_origin()
         scores64 = scores.astype(np.float64)
         n = len(scores64)
         total, squares, peak = float(scores64.sum()), float(np.dot(scores64, scores64)), float(scores64.max())
         mean = total / n
         std = math.sqrt(max(0.0, squares / n - mean * mean))  # numpy's mean/std cost ~50 us more
-        self.logs.committers["predictions"].append_nowait(prediction_record(
+        origin = timing.delay_origin()
+        # A 200 means the request's records are on disk: each log's batch (shared by every request of
+        # the same group commit) is written and fsynced before the answer, so kill -9 loses no prediction
+        # that was acknowledged, and its feedback token always finds its prediction in the join.
+        writes = [self.logs.committers["predictions"].append(prediction_record(
             request_id=request_id, feedback_token=token, ts=now, model=model, model_version=version.version,
             model_sha256=version.sha256, user_hash=user_hash(user_id), n_items=n, score_mean=mean,
-            score_max=peak, score_std=std, latency_ms=total_s * 1000.0, delay_origin=origin))
+            score_max=peak, score_std=std, latency_ms=timing.total_s() * 1000.0, delay_origin=origin))]
         if self.cfg.sample_share >= 1.0 or _sampled(request_id, self.cfg.sample_share):
-            self.logs.committers["scored_samples"].append_nowait(scored_record(
+            writes.append(self.logs.committers["scored_samples"].append(scored_record(
                 request_id=request_id, ts=now, model=model, model_version=version.version, scores=scores,
-                features=features))
+                features=features)))
+        try:
+            await (writes[0] if len(writes) == 1 else asyncio.gather(*writes))
+        except SpoolFull as exc:
+            self.m_errors.inc((*labels, ("class", "unavailable")))
+            raise self._unavailable("spool_full", str(exc)) from exc
+        await _respond(send, 200, body, request_id, [
+            (b"x-model-version", version.label.encode()),
+            (b"x-inference-latency", f"{inference_ms:.3f}".encode()),
+        ])
+        total_s = timing.total_s()
         self.m_requests.inc((*labels, ("code", "200")))
         self.m_latency.observe(labels, total_s)
         window = self.windows.get((model, version.version))

@@ -5,8 +5,9 @@ segment files. A record is a framed msgpack list (``<u32 length><u32 crc32><payl
 so a torn tail after a crash is detected and cut, never misread.
 
 * **Group commit.** :class:`GroupCommitter` collects records from many requests and
-  writes them with one ``write`` + ``fsync`` in a writer thread; a caller that needs
-  durability (feedback: 202 only after fsync) awaits its batch's fsync.
+  writes them with one ``write`` + ``fsync`` in a writer thread; a caller awaits its
+  batch's fsync before acknowledging (feedback: 202, predictions and scored samples: 200),
+  so concurrent requests share one fsync and an acknowledged record survives kill -9.
 * **Rotation.** A segment is sealed (``.open`` renamed to ``.seg``) when it reaches a
   size or an age; the writer holds an exclusive ``flock`` on its open segment.
 * **Upload.** :class:`Uploader` converts a sealed segment to one Parquet file per
@@ -159,7 +160,7 @@ class SegmentWriter:
         while view:
             written = os.write(self._fd, view)
             view = view[written:]
-        os.fsync(self._fd)
+        os.fdatasync(self._fd)  # data and the size that reads it back (fsync would also flush mtime)
         self._size += len(frames)
 
     def rotate_if_due(self) -> Path | None:
