@@ -34,11 +34,17 @@ venv: $(STAMP)
 demo: venv
 	$(BIN)/modelops demo
 
-# Debian's chromium opens the drift report in the integration tests (headless, as root in CI).
+# Debian's chromium opens the drift report in the integration tests (headless, as root in CI); Debian's
+# PostgreSQL 15 server binaries run the MLflow backend test's private cluster (it must not skip on a fresh machine).
 system-deps:
 	@command -v chromium >/dev/null || { \
 	  echo "==> installing Debian's chromium (headless browser for the report tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+	@test -x /usr/lib/postgresql/15/bin/initdb || { \
+	  echo "==> installing Debian's postgresql-15 (server binaries for the MLflow PostgreSQL backend test; its service is not started)"; \
+	  created=; [ -e /usr/sbin/policy-rc.d ] || { printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; created=1; }; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql-15 >/dev/null; rc=$$?; \
+	  [ -z "$$created" ] || rm -f /usr/sbin/policy-rc.d; exit $$rc; }
 
 # Debian 12's prometheus, downloaded and unpacked (never installed: its maintainer scripts would
 # start a service on every interface); tests/integration/test_prometheus_source.py runs it on loopback.

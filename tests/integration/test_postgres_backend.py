@@ -16,7 +16,8 @@ pytestmark = pytest.mark.integration
 
 
 @pytest.mark.skipif(not Path("/usr/lib/postgresql/15/bin/initdb").exists(),
-                    reason="PostgreSQL 15 server binaries are not installed on this machine")
+                    reason="PostgreSQL 15 server binaries are not installed: `make system-deps` (part of "
+                           "`make test`) installs Debian's postgresql-15")
 def test_mlflow_runs_on_a_private_postgresql_cluster() -> None:
     from mlflow import MlflowClient
 
