@@ -25,6 +25,9 @@ TEST_ENV = {
     **stack_port_env(_BASE),
     "MODELOPS_AIRFLOW_PASSWORD": "modelops-test",
     "MODELOPS_FEEDBACK_SECRET": "modelops-test-feedback-secret",
+    # The session stack runs without Prometheus & co.: their alerts would reach the shared notification
+    # receiver; tests/integration/test_observability.py starts the same services on ports of its own.
+    "MODELOPS_OBSERVABILITY": "off",
 }
 
 

@@ -230,7 +230,16 @@ SETTINGS: tuple[Setting, ...] = (
             example='job=~"modelops-gateway|triton"'),
     Setting("pushgateway_url", "MODELOPS_PUSHGATEWAY_URL", _optional_url, "",
             "Prometheus Pushgateway base URL: nightly_drift, feedback_join and the release phase push their "
-            "results there. Empty: nothing is pushed.", example="http://pushgateway:9091"),
+            "results there. Empty: the embedded stack's Pushgateway when it runs (MODELOPS_OBSERVABILITY), "
+            "else nothing is pushed.", example="http://pushgateway:9091"),
+    Setting("observability", "MODELOPS_OBSERVABILITY", _choice("auto", "on", "off"), "auto",
+            "Start Prometheus (the repository's rules), Pushgateway, Alertmanager and the alert relay with the "
+            "embedded stack: on, off, or auto (on when `make prometheus` has unpacked Debian's binaries)."),
+    Setting("prometheus_port", "MODELOPS_PROMETHEUS_PORT", _port, "9690", "Port of the embedded Prometheus."),
+    Setting("pushgateway_port", "MODELOPS_PUSHGATEWAY_PORT", _port, "9691", "Port of the embedded Pushgateway."),
+    Setting("alertmanager_port", "MODELOPS_ALERTMANAGER_PORT", _port, "9693", "Port of the embedded Alertmanager."),
+    Setting("alert_relay_port", "MODELOPS_ALERT_RELAY_PORT", _port, "9694",
+            "Port of the alert relay (Alertmanager's webhook into MODELOPS_NOTIFY_URLS)."),
 )
 
 
@@ -284,6 +293,11 @@ class Settings:
     prometheus_url: str
     prometheus_up_selector: str
     pushgateway_url: str
+    observability: str
+    prometheus_port: int
+    pushgateway_port: int
+    alertmanager_port: int
+    alert_relay_port: int
 
     # Derived values: the embedded defaults unless an explicit URL was configured.
     @property
@@ -383,6 +397,8 @@ STACK_PORT_OFFSETS = {
     "MODELOPS_TRITON_GRPC_PORT": 301, "MODELOPS_TRITON_METRICS_PORT": 302, "MODELOPS_AIRFLOW_PORT": 380,
     "MODELOPS_AIRFLOW_WORKER_LOG_PORT": 393, "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": 394,
     "MODELOPS_GATEWAY_PORT": 400, "MODELOPS_POSTGRES_PORT": 532,
+    "MODELOPS_PROMETHEUS_PORT": 600, "MODELOPS_PUSHGATEWAY_PORT": 601, "MODELOPS_ALERTMANAGER_PORT": 602,
+    "MODELOPS_ALERT_RELAY_PORT": 603,
 }
 
 

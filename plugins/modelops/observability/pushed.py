@@ -172,14 +172,15 @@ def push_groups(url: str, groups: Iterable[PushGroup], timeout_s: float = 10.0) 
 
 
 def push_if_configured(groups: Sequence[PushGroup], what: str) -> int:
-    """Push to ``MODELOPS_PUSHGATEWAY_URL`` when set; a failure is logged, never raised.
+    """Push to ``MODELOPS_PUSHGATEWAY_URL`` (or the embedded one); a failure is logged, never raised.
 
     The batch result itself is already stored (object store, MLflow): the metrics are a copy,
     and a Pushgateway outage must not fail the DAG run that produced them.
     """
     from modelops.config import settings
+    from modelops.observability.stack import pushgateway_endpoint
 
-    url = settings().pushgateway_url
+    url = pushgateway_endpoint(settings())
     if not url:
         return 0
     try:

@@ -183,3 +183,35 @@ def services(cfg: Settings, ports: Ports, *, interval_s: float = 1.0,
                 ports=(ports.prometheus,), health_url=f"{url['prometheus']}/-/ready", env=env,
                 prepare=prepare_prometheus, depends_on=("pushgateway", "alertmanager"), url=url["prometheus"]),
     ]
+
+
+def active(cfg: Settings) -> bool:
+    """Whether the embedded stack runs the observability services (MODELOPS_OBSERVABILITY)."""
+    if cfg.observability != "auto":
+        return cfg.observability == "on"
+    try:
+        for name in ("prometheus", "pushgateway", "alertmanager"):
+            binary(name)
+    except StackError:
+        return False
+    return True
+
+
+def stack_ports(cfg: Settings) -> Ports:
+    return Ports(cfg.prometheus_port, cfg.pushgateway_port, cfg.alertmanager_port, cfg.alert_relay_port)
+
+
+def stack_services(cfg: Settings) -> list[Service]:
+    """The observability services of ``modelops stack up`` (none when :func:`active` is False).
+
+    Scrape and evaluation every second: the canary's shortest analysis windows are 5 s.
+    """
+    return services(cfg, stack_ports(cfg), interval_s=1.0) if active(cfg) else []
+
+
+def pushgateway_endpoint(cfg: Settings) -> str:
+    """MODELOPS_PUSHGATEWAY_URL, else the embedded Pushgateway when it runs, else '' (nothing pushed)."""
+    if cfg.pushgateway_url:
+        return cfg.pushgateway_url
+    return f"http://{cfg.bind_host}:{cfg.pushgateway_port}" if active(cfg) else ""
+

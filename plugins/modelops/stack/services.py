@@ -452,4 +452,6 @@ def all_services(cfg: Settings) -> list[Service]:
     if cfg.mlflow_backend == "postgresql":
         services.append(postgres(cfg))
     services += [mlflow(cfg), triton(cfg), reconciler(cfg), gateway(cfg), *airflow_services(cfg)]
-    return services
+    from modelops.observability.stack import stack_services  # Prometheus & co. (MODELOPS_OBSERVABILITY)
+
+    return services + stack_services(cfg)
