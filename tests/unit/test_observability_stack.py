@@ -125,3 +125,23 @@ def test_rendered_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
                           timeout=60, check=False)
     assert done.returncode == 0, done.stdout + done.stderr
     assert "webhook" in (done.stdout + done.stderr).lower() or "receivers" in done.stdout.lower()
+
+
+def test_stack_runs_the_services_only_when_asked_and_pushes_where_they_run(tmp_path: Path) -> None:
+    from modelops.config import load_settings
+    from modelops.observability.stack import pushgateway_endpoint, stack_services
+
+    off = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_OBSERVABILITY": "off"})
+    assert stack_services(off) == [] and pushgateway_endpoint(off) == ""
+    explicit = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_OBSERVABILITY": "off",
+                              "MODELOPS_PUSHGATEWAY_URL": "http://pushgateway:9091"})
+    assert pushgateway_endpoint(explicit) == "http://pushgateway:9091"
+    _tool("alertmanager")  # "on" needs the unpacked binaries
+    on = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_OBSERVABILITY": "on",
+                        "MODELOPS_PUSHGATEWAY_PORT": "24601"})
+    names = [(s.name, s.ports) for s in stack_services(on)]
+    assert [n for n, _ in names] == ["alert-relay", "alertmanager", "pushgateway", "prometheus"]
+    assert ("pushgateway", (24601,)) in names
+    assert pushgateway_endpoint(on) == "http://127.0.0.1:24601"
+    assert all(host == "127.0.0.1" for s in stack_services(on) for host in
+               [a.split("=", 1)[1].rsplit(":", 1)[0] for a in s.argv if a.startswith("--web.listen-address=")])
