@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import threading
 import time
 import uuid
 from functools import lru_cache
@@ -114,6 +115,13 @@ def csrf_token(session_token: str) -> str:
 
 
 def _check_csrf(request: Request, submitted: str) -> None:
+    """Refuse a cookie-authenticated form that is cross-site or lacks this session's token.
+
+    A bearer token in the Authorization header is not ambient (no other site can make a browser
+    send it), so API clients that send one need no form token.
+    """
+    if request.headers.get("authorization", "").lower().startswith("bearer "):
+        return
     origin = request.headers.get("origin") or request.headers.get("referer") or ""
     if origin and urlsplit(origin).netloc != request.headers.get("host", ""):
         raise HTTPException(403, f"cross-site request refused (Origin {origin!r} is not this server)")
@@ -156,6 +164,39 @@ def take_action(request: Request, user: Any, record: ReleaseRecord, action: str,
 
 
 # ------------------------------------------------------------------ the app
+_SECTIONS: dict[tuple[str, str], tuple[Any, views.ModelRow, str]] = {}  # (bucket, model) -> (key, row, html)
+_SECTIONS_LOCK = threading.Lock()
+
+
+def _model_section(store: Any, data: cockpit_store.Overview, model: str,
+                   links: views.Links) -> tuple[views.ModelRow, str]:
+    """One model's row and rendered history, reused while its two documents keep their ETags."""
+    versions = data.versions.get(model)
+    cacheable = getattr(store, "client", None) is not None and versions is not None
+    key = (versions, links)
+    if cacheable:
+        with _SECTIONS_LOCK:
+            hit = _SECTIONS.get((store.bucket, model))
+        if hit is not None and hit[0] == key:
+            return hit[1], hit[2]
+    row = views.model_row(model, data.routes.get(model), data.releases.get(model, ()), links)
+    html = _templates().get_template("history.html").render(m=row)
+    if cacheable:
+        with _SECTIONS_LOCK:
+            _SECTIONS[(store.bucket, model)] = (key, row, html)
+    return row, html
+
+
+def releases_page(store: Any, user: str, links: views.Links | None = None) -> HTMLResponse:
+    """The Releases page: every model's routes and release index (only changed documents are
+    read and rendered again), the serving table and each model's history."""
+    data = cockpit_store.overview(store)
+    links = links or _links()
+    parts = [_model_section(store, data, m, links) for m in sorted(set(data.routes) | set(data.releases))]
+    return _render("releases.html", title="Releases", models=[r for r, _ in parts],
+                   sections=[h for _, h in parts], user=user, links=links)
+
+
 def overview_json(data: cockpit_store.Overview) -> dict[str, Any]:
     """The Releases page's data as JSON: per model, its routes and its release summaries."""
     def routes(r: Any) -> dict[str, Any] | None:
@@ -218,9 +259,7 @@ def create_app() -> FastAPI:
     @app.get("/releases", response_class=HTMLResponse)
     def releases(user: GetUserDep) -> HTMLResponse:
         _require(user, "read")
-        data = cockpit_store.overview(_store())
-        models = views.releases_page(data.routes, data.releases, _links())
-        return _render("releases.html", title="Releases", models=models, user=user_name(user))
+        return releases_page(_store(), user_name(user))
 
     @app.get("/api/releases")
     def releases_json(user: GetUserDep) -> dict[str, Any]:
@@ -260,8 +299,8 @@ def create_app() -> FastAPI:
         if action not in (*CONTROL_ACTIONS, *APPROVAL_ACTIONS):
             raise HTTPException(400, f"action={action!r}: one of {', '.join((*CONTROL_ACTIONS, *APPROVAL_ACTIONS))}")
         form = {k: v[-1] for k, v in parse_qs((await request.body()).decode("utf-8", "replace")).items()}
-        _check_csrf(request, form.get("csrf", ""))
         _require(user, action)
+        _check_csrf(request, form.get("csrf", ""))
         record = _record_or_404(model, version)
         if action not in views.available_actions(record):
             possible = ", ".join(views.available_actions(record)) or "none"

@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Iterable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from modelops.canary.status import CanaryStatus
@@ -86,27 +87,78 @@ def _get(store: Store, key: str) -> bytes | None:
 
 @dataclass(frozen=True)
 class Overview:
+    """Every model's routes and release summaries; ``versions`` identifies each model's documents
+    (their ETags), so a page can reuse what it rendered from the same documents."""
+
     routes: dict[str, Routes | None]
     releases: dict[str, list[ReleaseRecord]]
+    versions: dict[str, tuple[str | None, str | None]] = field(default_factory=dict)
+
+
+_PARSED: dict[str, tuple[str, Any]] = {}  # key -> (etag, parsed document): the documents read before
+_PARSED_LOCK = threading.Lock()
+
+
+def _listing(store: Store, prefix: str) -> dict[str, str | None]:
+    """Keys under ``prefix`` with their ETags (one LIST call per 1000 keys; None when unknown)."""
+    client = getattr(store, "client", None)
+    if client is None:
+        return dict.fromkeys(store.list_keys(prefix))
+    from botocore.exceptions import BotoCoreError, ClientError
+
+    out: dict[str, str | None] = {}
+    try:
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=store.bucket, Prefix=prefix):
+            for obj in page.get("Contents", []):
+                out[str(obj["Key"])] = str(obj.get("ETag", "")).strip('"') or None
+    except (ClientError, BotoCoreError) as exc:
+        raise ModelopsError(f"object store: list s3://{store.bucket}/{prefix} failed: {exc}") from exc
+    return out
+
+
+def _read(store: Store, key: str, etag: str | None, parse: Callable[[bytes], Any]) -> Any:
+    """The parsed document at ``key``: reused while its ETag is unchanged, else read and parsed."""
+    cache_key = f"{store.bucket}/{key}"
+    if etag is not None:
+        with _PARSED_LOCK:
+            hit = _PARSED.get(cache_key)
+        if hit is not None and hit[0] == etag:
+            return hit[1]
+    body = _get(store, key)
+    if body is None:
+        return None
+    value = parse(body)
+    if etag is not None:
+        with _PARSED_LOCK:
+            _PARSED[cache_key] = (etag, value)
+    return value
 
 
 def overview(store: Store) -> Overview:
-    """Every model's routes document and release index (read in parallel)."""
-    routes_keys = {m: k for k in store.list_keys(ROUTES_PREFIX) if (m := model_from_key(k))}
-    index_keys = {m: k for k in store.list_keys(INDEX_PREFIX) if (m := _model_of_index(k))}
-    jobs = [("routes", m, k) for m, k in routes_keys.items()] + [("index", m, k) for m, k in index_keys.items()]
+    """Every model's routes document and release index.
+
+    Two LIST calls give every document's ETag; only documents whose ETag changed since this
+    process last read them are fetched (in parallel) and parsed again.
+    """
+    routes_keys = {m: (k, e) for k, e in _listing(store, ROUTES_PREFIX).items() if (m := model_from_key(k))}
+    index_keys = {m: (k, e) for k, e in _listing(store, INDEX_PREFIX).items() if (m := _model_of_index(k))}
+    jobs: list[tuple[str, str, str, str | None, Callable[[bytes], Any]]] = [
+        *(("routes", m, k, e, load_routes) for m, (k, e) in routes_keys.items()),
+        *(("index", m, k, e, index_rows) for m, (k, e) in index_keys.items())]
+    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
+        values = list(pool.map(lambda job: _read(store, job[2], job[3], job[4]), jobs))
     routes: dict[str, Routes | None] = {}
     releases: dict[str, list[ReleaseRecord]] = {}
-    with ThreadPoolExecutor(max_workers=READ_THREADS) as pool:
-        bodies = list(pool.map(lambda job: _get(store, job[2]), jobs))
-    for (kind, model, _), body in zip(jobs, bodies, strict=True):
-        if body is None:
+    for (kind, model, _, _, _), value in zip(jobs, values, strict=True):
+        if value is None:
             continue
         if kind == "routes":
-            routes[model] = load_routes(body)
+            routes[model] = value
         else:
-            releases[model] = index_rows(body)
-    return Overview(routes, releases)
+            releases[model] = value
+    versions = {m: (routes_keys.get(m, ("", None))[1], index_keys.get(m, ("", None))[1])
+                for m in set(routes) | set(releases)}
+    return Overview(routes, releases, versions)
 
 
 def find_run(store: Store, dag_id: str, run_id: str) -> ReleaseRecord | None:

@@ -62,8 +62,7 @@ class Links:
         return f"{self.mlflow_ui.rstrip('/')}/#/models/{quote(model, safe='')}/versions/{quote(version, safe='')}"
 
     def mlflow_run(self, run_id: str) -> str:
-        return f"{self.mlflow_ui.rstrip('/')}/#/experiments/0/runs/{quote(run_id, safe='')}" if self.mlflow_ui \
-            and run_id else ""
+        return f"{self.mlflow_ui.rstrip('/')}/#/runs/{quote(run_id, safe='')}" if self.mlflow_ui and run_id else ""
 
     def detail(self, model: str, canary_version: int) -> str:
         return f"{self.cockpit}/releases/{quote(model, safe='')}/{canary_version}"
