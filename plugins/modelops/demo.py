@@ -6,7 +6,7 @@ import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from modelops.config import Settings, settings
 
@@ -135,6 +135,29 @@ def _traffic(cfg: Settings) -> BackgroundTraffic:
     return BackgroundTraffic(spec, cfg.gateway_url)
 
 
+def _recorded_outcome(client: Any, run_id: str, state: str) -> str:
+    """The release's outcome from its recorded phase (the release record the canary task wrote), not the run state.
+
+    A run can succeed while its release paused or was aborted, and fail after a promotion;
+    the release record in the object store says what happened to the version.
+    """
+    import json
+
+    from modelops.airflow_client import AirflowError
+    from modelops.cockpit.record import ReleaseRecord, record_key
+    from modelops.objectstore import ObjectStore
+
+    try:
+        canary_version = int(client.xcom("model_release", run_id, "publish")["triton_version"])
+    except (AirflowError, KeyError, TypeError, ValueError):
+        return f"unknown (nothing published; the run ended {state})"
+    store, key = ObjectStore.from_settings(), record_key(DEMO_MODEL, canary_version)
+    if not store.exists(key):
+        return f"unknown (no release record; the run ended {state})"
+    record = ReleaseRecord.from_dict(json.loads(store.get_bytes(key)))
+    return {"rolled_back": "rolled back"}.get(record.phase, record.phase.replace("_", " "))
+
+
 def _canary_release(cfg: Settings, variant: str, expect: str) -> str:
     from modelops.airflow_client import client_from_settings
 
@@ -152,7 +175,7 @@ def _canary_release(cfg: Settings, variant: str, expect: str) -> str:
                             on_change=lambda s: print(f"    model_release: {s}", flush=True))
     note = client.request("GET", f"/api/v2/dags/model_release/dagRuns/{release}").get("note") or ""
     print("    timeline: " + note.replace("\n", "\n              "))
-    outcome = "promoted" if state == "success" else "rolled back"
+    outcome = _recorded_outcome(client, release, state)
     if outcome != expect:
         from modelops.airflow_client import AirflowError
 
