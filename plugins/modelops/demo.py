@@ -32,9 +32,16 @@ def _urls(cfg: Settings) -> str:
     from modelops.stack.services import airflow_password
 
     print(f"    Airflow UI  {cfg.airflow_api_url}  (user {cfg.airflow_user}, password {airflow_password(cfg)})")
+    print(f"    Releases    {cfg.airflow_api_url}/modelops/releases  (the release cockpit; Airflow nav: Browse)")
     print(f"    MLflow UI   {cfg.mlflow_uri}")
     print(f"    Triton      {cfg.triton_http_url}")
     print(f"    S3 store    {cfg.s3_endpoint}  (buckets {cfg.bucket}, {cfg.mlflow_bucket})")
+    from modelops.observability.stack import active
+
+    if active(cfg):
+        print(f"    Prometheus  http://{cfg.bind_host}:{cfg.prometheus_port}  (rules and alerts: /rules, /alerts; "
+              "the dashboards' queries: grafana/dashboards/*.json)")
+        print(f"    Alertmanager http://{cfg.bind_host}:{cfg.alertmanager_port}  (to MODELOPS_NOTIFY_URLS via the relay)")
     return "URLs printed"
 
 
