@@ -41,7 +41,8 @@ def _urls(cfg: Settings) -> str:
     if active(cfg):
         print(f"    Prometheus  http://{cfg.bind_host}:{cfg.prometheus_port}  (rules and alerts: /rules, /alerts; "
               "the dashboards' queries: grafana/dashboards/*.json)")
-        print(f"    Alertmanager http://{cfg.bind_host}:{cfg.alertmanager_port}  (to MODELOPS_NOTIFY_URLS via the relay)")
+        print(f"    Alertmanager http://{cfg.bind_host}:{cfg.alertmanager_port}  "
+              "(alerts to MODELOPS_NOTIFY_URLS through the relay)")
     return "URLs printed"
 
 
