@@ -13,7 +13,7 @@ PROMETHEUS_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus
 PUSHGATEWAY_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus-pushgateway
 ALERTMANAGER_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus-alertmanager
 
-.PHONY: venv system-deps prometheus demo test lint typecheck unit integration bench stack-up stack-down clean compose-test
+.PHONY: venv system-deps prometheus demo test lint typecheck unit integration bench stack-up stack-down clean compose-test soak
 
 $(STAMP): requirements.lock pyproject.toml
 	@echo "==> creating $(VENV) from requirements.lock (first time: ~2-4 minutes)"
@@ -91,6 +91,11 @@ stack-down: venv
 # docker-compose.test.yml, the checks (pytest -m compose tests/compose), down -v always (docker/compose-test.sh).
 compose-test: venv
 	docker/compose-test.sh
+
+# 30 minutes of generated traffic, a release every 5 minutes (good and 5 %-faulty alternating), gateway
+# and Triton RSS / open files, spool size and p99 sampled each minute; not part of CI (bench/soak.py).
+soak: venv
+	$(BIN)/python bench/soak.py --minutes 30 --release-every-min 5
 
 clean:
 	-test -x $(BIN)/modelops && $(BIN)/modelops stack down
