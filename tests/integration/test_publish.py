@@ -217,8 +217,21 @@ def test_publishing_an_unknown_mlflow_version_is_a_registry_error(
         publish_version(model_name, 99, cfg=stack_settings)
 
 
-def test_the_embedded_triton_reads_the_mirrored_repository(stack_settings: Any) -> None:
-    assert local_repository(stack_settings) == stack_settings.home / "triton" / "repository"
+def test_the_embedded_triton_reads_the_mirrored_repository(stack_settings: Any, triton_url: str) -> None:
+    repository = local_repository(stack_settings)
+    assert repository == stack_settings.home / "triton" / "repository"
+    # A folder that only the local mirror has (never uploaded) is in the embedded Triton's index:
+    # Triton scans this very directory, not a copy of the object store.
+    probe = repository / f"mirrorprobe_{uuid.uuid4().hex[:8]}"
+    (probe / "1").mkdir(parents=True)
+    try:
+        names = {row.name for row in TritonClient(triton_url).repository_index()}
+        assert probe.name in names, f"{probe.name} not in Triton's repository index ({len(names)} models)"
+    finally:
+        import shutil
+
+        shutil.rmtree(probe)
+    assert probe.name not in {row.name for row in TritonClient(triton_url).repository_index()}
 
 
 def _infer_outcomes(client: TritonClient, model: str, version: int, n: int) -> tuple[int, list[float]]:
