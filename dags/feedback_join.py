@@ -37,7 +37,9 @@ CTR_CVR = Asset("s3://modelops/metrics/ctr_cvr")
     doc_md=__doc__,
 )
 def feedback_join() -> None:
-    @task
+    # Retried: the schedule is live from the stack's start, when a loaded machine can lose a task
+    # process before it runs (planning is pure, so a retry is safe).
+    @task(retries=2)
     def plan_window() -> dict[str, str]:
         from modelops.jobs.schedule import run_day, wait_until
 
