@@ -240,6 +240,10 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("alertmanager_port", "MODELOPS_ALERTMANAGER_PORT", _port, "9693", "Port of the embedded Alertmanager."),
     Setting("alert_relay_port", "MODELOPS_ALERT_RELAY_PORT", _port, "9694",
             "Port of the alert relay (Alertmanager's webhook into MODELOPS_NOTIFY_URLS)."),
+    Setting("statsd_port", "MODELOPS_STATSD_PORT", _port, "9695",
+            "UDP port where the embedded stack's StatsD bridge receives Airflow's metrics."),
+    Setting("statsd_bridge_port", "MODELOPS_STATSD_BRIDGE_PORT", _port, "9696",
+            "HTTP port of the StatsD bridge's /metrics (scraped by the embedded Prometheus as job airflow)."),
 )
 
 
@@ -298,6 +302,8 @@ class Settings:
     pushgateway_port: int
     alertmanager_port: int
     alert_relay_port: int
+    statsd_port: int
+    statsd_bridge_port: int
 
     # Derived values: the embedded defaults unless an explicit URL was configured.
     @property
@@ -398,7 +404,7 @@ STACK_PORT_OFFSETS = {
     "MODELOPS_AIRFLOW_WORKER_LOG_PORT": 393, "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT": 394,
     "MODELOPS_GATEWAY_PORT": 400, "MODELOPS_POSTGRES_PORT": 532,
     "MODELOPS_PROMETHEUS_PORT": 600, "MODELOPS_PUSHGATEWAY_PORT": 601, "MODELOPS_ALERTMANAGER_PORT": 602,
-    "MODELOPS_ALERT_RELAY_PORT": 603,
+    "MODELOPS_ALERT_RELAY_PORT": 603, "MODELOPS_STATSD_PORT": 604, "MODELOPS_STATSD_BRIDGE_PORT": 605,
 }
 
 

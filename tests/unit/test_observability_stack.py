@@ -140,8 +140,12 @@ def test_stack_runs_the_services_only_when_asked_and_pushes_where_they_run(tmp_p
     on = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_OBSERVABILITY": "on",
                         "MODELOPS_PUSHGATEWAY_PORT": "24601"})
     names = [(s.name, s.ports) for s in stack_services(on)]
-    assert [n for n, _ in names] == ["alert-relay", "alertmanager", "pushgateway", "prometheus"]
+    assert [n for n, _ in names] == ["statsd-bridge", "alert-relay", "alertmanager", "pushgateway", "prometheus"]
     assert ("pushgateway", (24601,)) in names
     assert pushgateway_endpoint(on) == "http://127.0.0.1:24601"
+    from modelops.observability.stack import airflow_statsd_env
+
+    assert airflow_statsd_env(on)["AIRFLOW__METRICS__STATSD_PORT"] == str(on.statsd_port)
+    assert airflow_statsd_env(off) == {}
     assert all(host == "127.0.0.1" for s in stack_services(on) for host in
                [a.split("=", 1)[1].rsplit(":", 1)[0] for a in s.argv if a.startswith("--web.listen-address=")])

@@ -80,12 +80,14 @@ def install_alertmanager_templates(target: Path = DEBIAN_TEMPLATES) -> None:
 
 @dataclass(frozen=True)
 class Ports:
-    """Loopback ports of the observability services."""
+    """Loopback ports of the observability services (``statsd``: UDP; 0: no StatsD bridge)."""
 
     prometheus: int
     pushgateway: int
     alertmanager: int
     relay: int
+    statsd: int = 0
+    statsd_bridge: int = 0
 
 
 def _targets(urls: Sequence[str]) -> tuple[str, list[str]]:
@@ -147,18 +149,27 @@ def services(cfg: Settings, ports: Ports, *, interval_s: float = 1.0,
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(document, indent=2))
 
+    bridge = f"http://{host}:{ports.statsd_bridge}"
+
     def prepare_prometheus() -> None:
         write("prometheus.yml", prometheus_config(
             gateway_metrics_urls=[f"{g}/metrics" for g in cfg.gateway_url_list],
             triton_metrics_urls=[cfg.triton_metrics_url], pushgateway_url=url["pushgateway"],
-            alertmanager_url=url["alertmanager"], interval_s=interval_s))
+            alertmanager_url=url["alertmanager"], interval_s=interval_s,
+            extra_jobs={"airflow": [f"{bridge}/metrics"]} if ports.statsd_bridge else None))
 
     def prepare_alertmanager() -> None:
         install_alertmanager_templates()
         write("alertmanager.yml", alertmanager_config(url["relay"], group_wait_s=alert_group_wait_s))
         (root / "alertmanager-data").mkdir(parents=True, exist_ok=True)
 
+    statsd = [Service(name="statsd-bridge",
+                      argv=(sys.executable, "-m", "modelops.observability.statsd_bridge", host, str(ports.statsd),
+                            str(ports.statsd_bridge)),
+                      ports=(ports.statsd_bridge,), health_url=f"{bridge}/metrics", env=env, url=bridge)
+              ] if ports.statsd_bridge else []
     return [
+        *statsd,
         Service(name="alert-relay",
                 argv=(sys.executable, "-m", "modelops.observability.alert_relay", host, str(ports.relay)),
                 ports=(ports.relay,), health_url=f"{url['relay']}/healthz", env=env, url=url["relay"]),
@@ -198,7 +209,17 @@ def active(cfg: Settings) -> bool:
 
 
 def stack_ports(cfg: Settings) -> Ports:
-    return Ports(cfg.prometheus_port, cfg.pushgateway_port, cfg.alertmanager_port, cfg.alert_relay_port)
+    return Ports(cfg.prometheus_port, cfg.pushgateway_port, cfg.alertmanager_port, cfg.alert_relay_port,
+                 cfg.statsd_port, cfg.statsd_bridge_port)
+
+
+def airflow_statsd_env(cfg: Settings) -> dict[str, str]:
+    """Airflow's ``[metrics]`` settings that send its StatsD (InfluxDB tags) to the bridge; {} when not running."""
+    if not active(cfg):
+        return {}
+    return {"AIRFLOW__METRICS__STATSD_ON": "True", "AIRFLOW__METRICS__STATSD_HOST": cfg.bind_host,
+            "AIRFLOW__METRICS__STATSD_PORT": str(cfg.statsd_port), "AIRFLOW__METRICS__STATSD_PREFIX": "airflow",
+            "AIRFLOW__METRICS__STATSD_INFLUXDB_ENABLED": "True"}
 
 
 def stack_services(cfg: Settings) -> list[Service]:

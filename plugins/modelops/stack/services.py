@@ -322,6 +322,9 @@ def airflow_env(cfg: Settings) -> dict[str, str]:
         # The Spark connection of the batch DAGs: spark-submit to MODELOPS_SPARK_MASTER.
         "AIRFLOW_CONN_MODELOPS_SPARK": json.dumps({"conn_type": "spark", "host": cfg.spark_master}),
     })
+    from modelops.observability.stack import airflow_statsd_env  # StatsD to the bridge when it runs
+
+    env.update(airflow_statsd_env(cfg))
     return env
 
 
