@@ -2,12 +2,17 @@
 
 Part A — what a 1 s scrape adds to predictions. A stack of object store, Triton and
 gateway (ports 28xxx, temporary ``MODELOPS_HOME``) serves a small python-backend test
-model (``modelops.gateway.testing``). Rounds alternate *not scraped* (the anchor) and
-*scraped* (a thread GETs the gateway's ``/metrics`` every ``--scrape-s``, what Prometheus
-does; a second model with ``--versions`` routed versions makes the exposition as large
-as a busy gateway's). Each round sends ``--requests`` sequential predictions and records
-their client-side latency; the table gives the median over rounds of each round's p50
-and p99, and the scraped / not-scraped ratio.
+model with two routed versions (``modelops.gateway.testing``). Rounds alternate *not
+scraped* (the anchor) and *scraped* (a thread GETs the gateway's ``/metrics`` every
+``--scrape-s``, what Prometheus does). Each round sends ``--requests`` sequential
+predictions and records their client-side latency; the table gives the median over rounds
+of each round's p50 and p99, and the scraped / not-scraped ratio.
+
+Measured 2026-11-30 on the shared 2-core machine (load 15 → 12), ``--rounds 3 --requests 300``:
+p50 10.0 ms not scraped vs 8.5 ms scraped, p99 40.7 vs 35.3 ms (ratios 0.85x / 0.87x: the
+cost of a 2.4 ms scrape of a 6.5 kB exposition once a second is below the machine's noise);
+one analysis: scrape source 4.2 / 63 / 195 ms vs PromQL 7.7 / 12.5 / 16.4 ms at 1 / 10 / 100
+exported versions (PromQL 1.8x slower at one version, 5x and 12x faster at 10 and 100).
 
 Part B — the canary's analysis of one window, through PromQL vs the scrape source, when
 the gateway and Triton export 1, 10 and 100 versions of the model. Synthetic expositions
