@@ -190,7 +190,9 @@ class Reconciler:
                 continue
             expected = config_json(specs[role].with_versions(served[role]))
             reported = client.model_config(specs[role].name, max(served[role]))
-            if config_mismatches(expected, reported):
+            # A version kept across a reload keeps its old config object (see loader._apply_one): which
+            # versions serve is checked by the READY set, every other field against the rendered config.
+            if config_mismatches(expected, {**reported, "version_policy": expected["version_policy"]}):
                 config_ok = False
         return served, config_ok
 
