@@ -57,28 +57,7 @@ build modelops:latest docker/Dockerfile .
 build modelops-standin-postgres:latest docker/standins/postgres.Dockerfile docker/standins
 build modelops-standin-nginx:latest docker/standins/nginx.Dockerfile docker/standins
 
-secret() { .venv/bin/python -c "import secrets; print(secrets.token_urlsafe(24))"; }
-{
-  for name in POSTGRES_PASSWORD AIRFLOW_ADMIN_PASSWORD AIRFLOW_JWT_SECRET AIRFLOW_API_SECRET_KEY \
-      MLFLOW_ADMIN_PASSWORD MLFLOW_AIRFLOW_PASSWORD MODELOPS_FEEDBACK_SECRET S3_ADMIN_SECRET_KEY \
-      S3_AIRFLOW_SECRET_KEY S3_MLFLOW_SECRET_KEY S3_GATEWAY_SECRET_KEY S3_TRITON_SECRET_KEY; do
-    echo "$name=$(secret)"
-  done
-  echo "AIRFLOW_FERNET_KEY=$(.venv/bin/python -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())')"
-  for who in ADMIN AIRFLOW MLFLOW GATEWAY TRITON; do echo "S3_${who}_ACCESS_KEY=${who,,}$(secret | tr -dc a-z0-9 | head -c 8)"; done
-  echo "MODELOPS_PUBLISH_ADDRESS=127.0.0.1"
-  echo "GATEWAY_PUBLISHED_PORT=$((PORT_BASE + 400))"
-  echo "AIRFLOW_PUBLISHED_PORT=$((PORT_BASE + 80))"
-  echo "MLFLOW_PUBLISHED_PORT=$((PORT_BASE + 50))"
-  echo "MLFLOW_PUBLIC_HOSTS=127.0.0.1:$((PORT_BASE + 50))"
-  # The CPU Triton of the test override has the python backend only.
-  echo "MODELOPS_TRITON_BACKEND=python"
-  echo "AIRFLOW_API_WORKERS=1"
-  echo "GATEWAY_WORKERS=1"
-  echo "MLFLOW_WORKERS=1"
-  echo "SPARK_WORKER_CORES=2"
-  echo "SPARK_WORKER_MEMORY=1g"
-} >"$WORK/env"
+PYTHON=.venv/bin/python docker/compose-env.sh "$PORT_BASE" >"$WORK/env"
 chmod 600 "$WORK/env"
 
 # A clean environment for Compose: the caller's variables (MODELOPS_*, ...) would win over the env file.
@@ -109,6 +88,8 @@ MODELOPS_GATEWAY_PORT=8400
 MODELOPS_GATEWAY_URLS=http://gateway-1:8400,http://gateway-2:8400
 MODELOPS_SPARK_MASTER=spark://spark-master:7077
 MODELOPS_FEEDBACK_SECRET=$MODELOPS_FEEDBACK_SECRET
+S3_TRITON_ACCESS_KEY=$S3_TRITON_ACCESS_KEY
+S3_TRITON_SECRET_KEY=$S3_TRITON_SECRET_KEY
 CHECKS
 ) >"$WORK/checks.env"
 chmod 644 "$WORK/checks.env"

@@ -207,6 +207,32 @@ def test_a_faulty_version_is_rolled_back_with_its_mttr(
     assert STORY["stable_tv"] in _served(compose_settings)
 
 
+def test_object_store_identities_are_separate_and_tritons_is_read_only(
+    compose_settings: Settings, object_store: ObjectStore,
+) -> None:
+    import os
+
+    from modelops.errors import ObjectStoreError
+
+    key = f"_compose/{uuid.uuid4().hex}"
+    object_store.put_bytes(key, b"written by the platform")
+    triton = ObjectStore(compose_settings.s3_endpoint, compose_settings.bucket, os.environ["S3_TRITON_ACCESS_KEY"],
+                         os.environ["S3_TRITON_SECRET_KEY"], compose_settings.s3_region)
+    assert triton.get_bytes(key) == b"written by the platform"
+    with pytest.raises(ObjectStoreError):
+        triton.put_bytes(f"{key}-by-triton", b"refused")
+    with pytest.raises(ObjectStoreError):
+        triton.delete(key)
+    # Triton's identity is scoped to the platform's bucket: an object that exists in MLflow's is refused.
+    mlflow_bucket = ObjectStore.from_settings(compose_settings, bucket=compose_settings.mlflow_bucket)
+    mlflow_bucket.put_bytes(key, b"an artifact")
+    triton_on_mlflow = replace(triton, bucket=compose_settings.mlflow_bucket)
+    with pytest.raises(ObjectStoreError, match=r"AccessDenied|Forbidden|403"):
+        triton_on_mlflow.get_bytes(key)
+    mlflow_bucket.delete(key)
+    object_store.delete(key)
+
+
 def _spark_apps(cfg: Settings) -> list[dict[str, Any]]:
     master = cfg.spark_master.replace("spark://", "http://").rsplit(":", 1)[0] + ":8080"
     state = requests.get(f"{master}/json/", timeout=10).json()
