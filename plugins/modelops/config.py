@@ -215,9 +215,10 @@ SETTINGS: tuple[Setting, ...] = (
             "Comma-separated base URLs of every gateway replica: the canary waits for each to apply new "
             "routes and scrapes each one's metrics. Empty: the embedded gateway.",
             example="http://gateway-1:8400,http://gateway-2:8400"),
-    Setting("canary_metrics", "MODELOPS_CANARY_METRICS", _choice("scrape", "prometheus"), "scrape",
+    Setting("canary_metrics", "MODELOPS_CANARY_METRICS", _choice("auto", "scrape", "prometheus"), "auto",
             "Where the canary reads its per-version metrics: scrape the gateways' and Triton's /metrics "
-            "(differenced over the window), or PromQL against MODELOPS_PROMETHEUS_URL."),
+            "(differenced over the window), or PromQL against MODELOPS_PROMETHEUS_URL; auto: PromQL when "
+            "MODELOPS_PROMETHEUS_URL is set or the embedded stack's Prometheus runs, else scrape."),
     Setting("canary_sticky_salt", "MODELOPS_CANARY_STICKY_SALT", _choice("per_release", "none"), "per_release",
             "Salt of the sticky canary split: per_release (the canary's sha256 prefix, written to the routes "
             "document, so each release draws a different cohort of users) or none (the same users every time)."),

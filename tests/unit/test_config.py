@@ -107,7 +107,7 @@ def test_readme_configuration_table_is_generated_from_config() -> None:
 
 def test_gateway_replicas_and_the_canary_metrics_source() -> None:
     default = load_settings({})
-    assert default.gateway_url_list == (default.gateway_url,) and default.canary_metrics == "scrape"
+    assert default.gateway_url_list == (default.gateway_url,) and default.canary_metrics == "auto"
     cfg = load_settings({"MODELOPS_GATEWAY_URLS": " http://g1:8400/, http://g2:8400 ",
                          "MODELOPS_CANARY_METRICS": "prometheus", "MODELOPS_PROMETHEUS_URL": "http://p:9090"})
     assert cfg.gateway_url_list == ("http://g1:8400", "http://g2:8400")

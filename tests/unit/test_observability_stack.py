@@ -149,3 +149,26 @@ def test_stack_runs_the_services_only_when_asked_and_pushes_where_they_run(tmp_p
     assert airflow_statsd_env(off) == {}
     assert all(host == "127.0.0.1" for s in stack_services(on) for host in
                [a.split("=", 1)[1].rsplit(":", 1)[0] for a in s.argv if a.startswith("--web.listen-address=")])
+
+
+def test_canary_reads_promql_by_default_wherever_prometheus_runs(tmp_path: Path) -> None:
+    import psutil
+
+    from modelops.canary.operator import metrics_source
+    from modelops.canary.sources import PrometheusSource, ScrapeSource
+    from modelops.config import load_settings
+
+    gateways = ["http://127.0.0.1:24400"]
+    auto = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_PROMETHEUS_PORT": "24600"})
+    assert auto.canary_metrics == "auto"
+    assert isinstance(metrics_source(auto, gateways), ScrapeSource)  # no Prometheus runs
+    pid_file = tmp_path / "run" / "prometheus.pid"  # the stack's record of a live Prometheus process
+    pid_file.parent.mkdir(parents=True)
+    pid_file.write_text(json.dumps({"pid": os.getpid(), "create_time": psutil.Process().create_time(),
+                                    "argv": ["prometheus"]}))
+    source = metrics_source(auto, gateways)
+    assert isinstance(source, PrometheusSource) and source.url == "http://127.0.0.1:24600"
+    configured = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_PROMETHEUS_URL": "http://prom:9090"})
+    assert metrics_source(configured, gateways).url == "http://prom:9090"
+    scrape = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_CANARY_METRICS": "scrape"})
+    assert isinstance(metrics_source(scrape, gateways), ScrapeSource)  # the scrape source stays
