@@ -31,7 +31,8 @@ $(STAMP): requirements.lock pyproject.toml
 
 venv: $(STAMP)
 
-demo: venv
+# Prometheus & co. (Debian's, unpacked) run with the demo stack: its canary reads PromQL.
+demo: venv prometheus
 	$(BIN)/modelops demo
 
 # Debian's chromium opens the drift report in the integration tests (headless, as root in CI); Debian's
