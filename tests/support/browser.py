@@ -117,12 +117,12 @@ class Browser:
 
     def type_into(self, selector: str, text: str) -> None:
         """Focus the element and type (real input events, so React-controlled fields see it)."""
-        self.wait_for(f"document.querySelector({json.dumps(selector)})", what=selector)
+        self.wait_for(f"document.querySelector({json.dumps(selector)}) !== null", what=selector)
         self.js(f"document.querySelector({json.dumps(selector)}).focus()")
         self.call("Input.insertText", text=text)
 
     def click(self, selector: str) -> None:
-        self.wait_for(f"document.querySelector({json.dumps(selector)})", what=selector)
+        self.wait_for(f"document.querySelector({json.dumps(selector)}) !== null", what=selector)
         self.js(f"document.querySelector({json.dumps(selector)}).click()")
 
     def text(self, selector: str = "body") -> str:
