@@ -154,6 +154,11 @@ class MlflowRegistry:
         found = self._call("list registered models", lambda: self.client.search_registered_models(max_results=1000))
         return sorted(m.name for m in found)
 
+    def model_tags(self, name: str) -> dict[str, str]:
+        """The registered model's own tags (not a version's)."""
+        found = self._call(f"get registered model {name}", lambda: self.client.get_registered_model(name))
+        return dict(found.tags or {})
+
     def log_artifacts(self, run_id: str, folder: Path, artifact_path: str) -> None:
         """Upload a local folder into ``runs:/<run_id>/<artifact_path>``."""
         self._call(f"store artifacts in runs:/{run_id}/{artifact_path}",

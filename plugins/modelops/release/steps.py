@@ -166,6 +166,31 @@ def staging_versions_to_release(models: list[str] | None = None) -> list[dict[st
                 continue
             claim_id = f"staging-watch:{name}:{info.version}"
             if registry.claim_release(name, info.version, released_by="staging-watcher", release_run_id=claim_id):
-                confs.append({"model": name, "version": info.version, "started_by": "staging-watcher",
-                              "claim_id": claim_id})
+                confs.append({**release_options(registry.model_tags(name)), "model": name, "version": info.version,
+                              "started_by": "staging-watcher", "claim_id": claim_id})
     return confs
+
+
+RELEASE_OPTION_TAG = "modelops.release."
+
+
+def release_options(model_tags: Mapping[str, str]) -> dict[str, Any]:
+    """``model_release`` params a registered model carries as tags, for releases started from Staging.
+
+    A tag ``modelops.release.<param>`` on the registered model (e.g. ``modelops.release.canary_steps``
+    = ``25,50,100``, ``modelops.release.analysis_interval_s`` = ``30``) sizes the canary to that
+    model's traffic; numbers and true/false become JSON numbers and booleans.
+    """
+    options: dict[str, Any] = {}
+    for key, raw in model_tags.items():
+        if not key.startswith(RELEASE_OPTION_TAG) or not key[len(RELEASE_OPTION_TAG):]:
+            continue
+        value: Any = raw
+        if raw.lower() in ("true", "false"):
+            value = raw.lower() == "true"
+        elif re.fullmatch(r"-?[0-9]+", raw):
+            value = int(raw)
+        elif re.fullmatch(r"-?[0-9]*\.[0-9]+", raw):
+            value = float(raw)
+        options[key[len(RELEASE_OPTION_TAG):]] = value
+    return options
