@@ -117,6 +117,15 @@ def _routes(store: ObjectStore, model: str) -> Any:
     return load_routes(store.get_bytes(routes_key(model)))
 
 
+def _release_status(store: ObjectStore, model: str, airflow: AirflowClient, run_id: str) -> Any:
+    """The canary's checkpoint (phase, reason, last analysis) for a failure message."""
+    try:
+        status = _checkpoint(store, model, int(airflow.xcom("model_release", run_id, "publish")["triton_version"]))
+    except Exception as exc:  # only ever used to explain a failure
+        return f"no checkpoint: {exc}"
+    return {k: status.get(k) for k in ("phase", "reason", "analyses", "weight", "error_evidence", "last_analysis")}
+
+
 def _note(airflow: AirflowClient, run_id: str) -> str:
     return str(airflow.request("GET", f"/api/v2/dags/model_release/dagRuns/{run_id}").get("note") or "")
 
@@ -142,7 +151,7 @@ def test_a_good_version_is_promoted_through_every_step(
         code = args.func(args)
     printed = capsys.readouterr().out
     run_id = printed.split("model_release run ", 1)[1].split()[0]
-    assert code == 0, (printed, _states(airflow, run_id))
+    assert code == 0, (printed, _states(airflow, run_id), _release_status(object_store, model, airflow, run_id))
     # The CLI returns at the promotion; the run ends once the previous stable is retired (4 s grace).
     assert airflow.wait("model_release", run_id, timeout_s=120) == "success", _states(airflow, run_id)
     states = _states(airflow, run_id)
@@ -157,7 +166,9 @@ def test_a_good_version_is_promoted_through_every_step(
     # Every analysed step was passed in turn (25 %, then 50 %), then promoted.
     phases = [t["to"] for t in status["transitions"]]
     assert phases[-2:] == ["promoting", "promoted"] and "paused" not in phases
-    assert status["analyses"] == 2 and status["failed_checks"] == 0
+    # The error test sums a step's windows until the evidence decides (~110 canary requests without an
+    # error), so a step may take more than one window; never a failed one.
+    assert status["analyses"] >= 2 and status["failed_checks"] == 0
     routes = _routes(object_store, model)
     assert (routes.stable.version, routes.canary, routes.canary_weight) == (canary_tv, None, 0.0)
     registry = MlflowRegistry.from_settings()
@@ -183,9 +194,10 @@ def test_a_version_that_fails_requests_is_rolled_back_with_its_mttr(
     stable = _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
     version = _register(_variant(trained, {"variant": "faulty-errors", "error_rate": 0.05}), mlflow_uri, model)
     with Traffic(stack_settings, model):
-        # 5 % errors: ~100 canary requests per 5 s window at 50 % give ~5 errors, enough to fail a window
-        # most of the time (the gate needs 3); four passes are needed to promote, two failures roll back.
-        run_id = _release(airflow, model, version, canary_steps="50,100", canary_analyses_per_step=4)
+        # 5 % errors with the default spec and steps 25,50,100: ~50 canary requests per 5 s window at 25 %;
+        # the error test sums them over the step's windows and decides "bad" within a few windows
+        # (no hand-sized steps or analyses per step).
+        run_id = _release(airflow, model, version)
         state = airflow.wait("model_release", run_id, timeout_s=230)
     states = _states(airflow, run_id)
     assert state == "failed", states
