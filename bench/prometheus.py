@@ -1,7 +1,7 @@
 """Prometheus benchmark: scrape cost on the gateway, and the canary's analysis query time.
 
 Part A — what a 1 s scrape adds to predictions. A stack of object store, Triton and
-gateway (ports 28xxx, temporary ``MODELOPS_HOME``) serves a small python-backend test
+gateway (ports 30xxx, temporary ``MODELOPS_HOME``) serves a small python-backend test
 model with two routed versions (``modelops.gateway.testing``). Rounds alternate *not
 scraped* (the anchor) and *scraped* (a thread GETs the gateway's ``/metrics`` every
 ``--scrape-s``, what Prometheus does). Each round sends ``--requests`` sequential
@@ -48,7 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 from modelops.config import stack_port_env  # after the path: runnable without the install
 
-PORT_BASE = 28000  # beside the integration suites (24xxx, 25xxx, 27xxx) and bench/canary.py (26xxx)
+PORT_BASE = 30000  # above the test suites (23xxx-29xxx, 28xxx: compose) and bench/canary.py (26xxx); below 32768
 PROMETHEUS_PORT = PORT_BASE + 690
 MODEL = "benchprom"
 
