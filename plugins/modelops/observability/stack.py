@@ -197,7 +197,11 @@ def services(cfg: Settings, ports: Ports, *, interval_s: float = 1.0,
 
 
 def active(cfg: Settings) -> bool:
-    """Whether the embedded stack runs the observability services (MODELOPS_OBSERVABILITY)."""
+    """Whether the embedded stack runs the observability services (MODELOPS_OBSERVABILITY).
+
+    ``auto``: when Debian's binaries are unpacked and Alertmanager's templates are (or can be put)
+    where Debian's build reads them (:func:`install_alertmanager_templates`).
+    """
     if cfg.observability != "auto":
         return cfg.observability == "on"
     try:
@@ -205,7 +209,15 @@ def active(cfg: Settings) -> bool:
             binary(name)
     except StackError:
         return False
-    return True
+    return _templates_installable()
+
+
+def _templates_installable(target: Path = DEBIAN_TEMPLATES) -> bool:
+    """Debian's Alertmanager templates are in place, or this user may put them there (auto needs one)."""
+    if (target / "default.tmpl").exists():
+        return True
+    existing = next(p for p in (target, *target.parents) if p.exists())
+    return os.access(existing, os.W_OK)
 
 
 def stack_ports(cfg: Settings) -> Ports:
