@@ -62,9 +62,10 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked `stack_teardown` stop the shared stack: run them last."""
+    """Tests marked `stack_teardown` stop the shared stack: run them last; `chaos` tests just before them."""
     last = [item for item in items if item.get_closest_marker("stack_teardown")]
-    items[:] = [item for item in items if item not in last] + last
+    chaos = [item for item in items if item.get_closest_marker("chaos") and item not in last]
+    items[:] = [item for item in items if item not in last and item not in chaos] + chaos + last
 
 
 @pytest.fixture(scope="session")
