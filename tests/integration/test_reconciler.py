@@ -156,7 +156,7 @@ def test_triton_sigkilled_under_traffic_serves_the_routes_again_with_503_meanwhi
     print(f"Triton SIGKILL -> restarted {restarted_at - killed_at:.1f} s -> routed versions loaded "
           f"{served_at - killed_at:.1f} s -> served through the gateway {recovered_at - killed_at:.1f} s")
     during = [(status, retry) for at, status, retry in loop.statuses if killed_at <= at < served_at]
-    codes = {status for status, _ in loop.statuses}
+    codes = {status for _, status, _ in loop.statuses}
     # 503 while a routed version is not loaded (never 404: the model exists); a 504 is a loaded version that
     # missed the 2 s deadline while Triton's python stubs start on two busy cores.
     assert codes <= {200, 503, 504}, f"only 200, 503 or 504 while Triton came back, got {sorted(codes)}"
