@@ -13,6 +13,7 @@ it), and a cross-site Origin is refused.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import hmac
 import threading
@@ -143,13 +144,31 @@ def _airflow(request: Request, method: str, path: str, **kwargs: Any) -> Any:
     return response.json() if response.content else None
 
 
+def _approval_path(record: ReleaseRecord) -> str:
+    return (f"/api/v2/dags/{RELEASE_DAG}/dagRuns/{quote(record.run_id, safe='')}/taskInstances/"
+            f"{APPROVAL_TASK}/-1/hitlDetails")
+
+
+def approval_open(request: Request, record: ReleaseRecord) -> bool:
+    """Whether the release's Required Action exists yet (the canary reports waiting_approval a moment
+    before the approval task has asked)."""
+    try:
+        detail = _airflow(request, "GET", _approval_path(record))
+    except HTTPException:
+        return False
+    return bool(detail) and not detail.get("response_received")
+
+
 def take_action(request: Request, user: Any, record: ReleaseRecord, action: str, reason: str) -> str:
     """Carry out one action as ``user``; returns what was done, for the page's message."""
     who = user_name(user)
     if action in APPROVAL_ACTIONS:
-        path = (f"/api/v2/dags/{RELEASE_DAG}/dagRuns/{quote(record.run_id, safe='')}/taskInstances/"
-                f"{APPROVAL_TASK}/-1/hitlDetails")
-        _airflow(request, "PATCH", path, json={"chosen_options": [APPROVAL_ACTIONS[action]], "params_input": {}})
+        if not approval_open(request, record):
+            raise HTTPException(409, f"the approval of {record.model} v{record.canary_version} is not open yet "
+                                     "(the approval task asks a few seconds after the canary waits): reload and "
+                                     "press again")
+        _airflow(request, "PATCH", _approval_path(record),
+                 json={"chosen_options": [APPROVAL_ACTIONS[action]], "params_input": {}})
         return f"{action} recorded for {record.model} v{record.canary_version} as {who}"
     dag = _airflow(request, "GET", f"/api/v2/dags/{CONTROL_DAG}")
     if dag and dag.get("is_paused"):
@@ -271,6 +290,9 @@ def create_app() -> FastAPI:
                        msg: str = "", error: int = 0) -> HTMLResponse:
         _require(user, "read")
         _, d = _detail(model, version)
+        if "approve" in d.actions and not approval_open(request, d.record):
+            d = dataclasses.replace(d, actions=tuple(a for a in d.actions if a not in APPROVAL_ACTIONS))
+            msg = msg or "The release waits for approval; the approval request opens in a moment (reload)."
         return _render("detail.html", title=d.title, d=d, user=user_name(user), flash=msg, flash_error=bool(error),
                        csrf=csrf_token(_session_token(request)),
                        action_url=f"{PREFIX}/releases/{quote(model, safe='')}/{version}")

@@ -73,7 +73,7 @@ def line_chart(title: str, series: Sequence[Series], x_labels: Sequence[str] = (
         if n <= 8 or i in (0, n - 1):
             out.append(f'<text x="{x_of[i]:.1f}" y="{HEIGHT - 6}" font-size="9" text-anchor="middle">'
                        f'{escape(label)}</text>')
-    legend_x = PAD_LEFT + 110
+    legend_x = PAD_LEFT + 76
     for k, s in enumerate(series):
         dash = ' stroke-dasharray="4 3"' if s.dashed else ""
         d = _path(s.values, x_of, top, span, low)
@@ -85,7 +85,7 @@ def line_chart(title: str, series: Sequence[Series], x_labels: Sequence[str] = (
                     py = top + (bottom - top) - (v - low) / span * (bottom - top)
                     out.append(f'<circle cx="{x:.1f}" cy="{py:.1f}" r="2.5" fill="{s.color}">'
                                f'<title>{escape(s.label)} {_fmt(v)}</title></circle>')
-        out.append(f'<text x="{legend_x + 62 * k}" y="14" font-size="10" fill="{s.color}">{escape(s.label)}</text>')
+        out.append(f'<text x="{legend_x + 52 * k}" y="14" font-size="10" fill="{s.color}">{escape(s.label)}</text>')
     if n == 0:
         out.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" font-size="11" text-anchor="middle">no windows yet</text>')
     out.append("</svg>")
