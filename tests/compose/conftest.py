@@ -17,6 +17,7 @@ import pytest
 from modelops.config import Settings
 
 
+@pytest.hookimpl(trylast=True)  # after the root conftest, which points MODELOPS_* at the embedded stack
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "compose: runs against the docker compose topology (make compose-test)")
     checks_env = os.environ.get("MODELOPS_COMPOSE_CHECKS_ENV")

@@ -7,7 +7,7 @@ Fernet key must be 32 url-safe base64 bytes). It then writes, from the same vari
 
 - ``s3-identities.json``: the object store's identities, one per service (Triton read-only),
 - ``mlflow-auth.ini``: the MLflow basic-auth app's configuration (user store in PostgreSQL),
-- ``airflow-passwords.json``: the Airflow admin's password file.
+- ``passwords.json`` in ``--airflow-auth``: the Airflow admin's password file.
 
 Everything but :func:`main` is pure.
 """
@@ -156,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env-example", type=Path, required=True, help="the .env.example with the placeholders")
     parser.add_argument("--out", type=Path, required=True, help="directory for the generated configs")
+    parser.add_argument("--airflow-auth", type=Path, required=True,
+                        help="directory for Airflow's password file (Airflow opens it read-write)")
     args = parser.parse_args(argv)
     env = dict(os.environ)
     try:
@@ -168,7 +170,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     write_private(args.out / "s3-identities.json", json.dumps(s3_identities_doc(env, bucket, mlflow_bucket)))
     write_private(args.out / "mlflow-auth.ini", mlflow_auth_ini(env["MLFLOW_AUTH_DATABASE_URI"]))
-    write_private(args.out / "airflow-passwords.json",
+    args.airflow_auth.mkdir(parents=True, exist_ok=True)
+    write_private(args.airflow_auth / "passwords.json",
                   json.dumps({env.get("MODELOPS_AIRFLOW_USER", "admin"): env["AIRFLOW_ADMIN_PASSWORD"]}))
     print(f"secrets checked; configs written to {args.out}")
     return 0
