@@ -158,7 +158,7 @@ def test_a_chart_is_valid_svg_and_breaks_the_line_at_missing_values() -> None:
     assert len(paths) == 2
     assert len(re.findall("M", paths[0])) == 2  # two segments: the gap at the missing window
     assert "error &lt;rate&gt;" in svg
-    assert "no windows yet" in line_chart("empty", [Series("canary", (), "#000")])
+    assert "no data yet" in line_chart("empty", [Series("canary", (), "#000")])
 
 
 def test_ctr_by_day_reads_the_feedback_job_tags() -> None:
@@ -185,3 +185,22 @@ def test_the_mlflow_description_summarizes_the_release_lineage_drift_and_ctr() -
     assert "| 2026-11-29 | 0.12 | 0.05 | 500 |" in text
     assert "(http://airflow/modelops/lineage/rec/7)" in text
     assert "**Not released yet.**" in markdown("rec", "8", {}, [rolled], {})
+
+
+def test_model_info_is_read_from_the_published_version_folder() -> None:
+    from modelops.cockpit.store import model_info
+
+    class Store:
+        bucket = "platform"
+        objects = {"triton/repository/rec/4/model-info.json": b'{"sha256": "abc", "triton_version": 4}'}
+
+        def exists(self, key: str) -> bool:
+            return key in self.objects
+
+        def get_bytes(self, key: str) -> bytes:
+            return self.objects[key]
+
+    text = model_info(Store(), "s3://platform/triton/repository/", "rec", "4")  # type: ignore[arg-type]
+    assert '"triton_version": 4' in text
+    assert model_info(Store(), "s3://other/triton/repository/", "rec", "4") == ""  # type: ignore[arg-type]
+    assert model_info(Store(), "s3://platform/triton/repository/", "rec", "5") == ""  # type: ignore[arg-type]

@@ -350,7 +350,7 @@ def create_app() -> FastAPI:
         triton = info.tags.get("modelops.triton_version", "")
         page = views.lineage(
             model, version, info.stage, info.aliases, info.run_id, info.tags,
-            cockpit_store.model_info(store, info.tags.get("modelops.triton_repository", ""), triton),
+            cockpit_store.model_info(store, info.tags.get("modelops.triton_repository", ""), model, triton),
             cockpit_store.model_releases(store, model),
             cockpit_store.latest_drift(store, model, triton) if triton else {},
             _links())

@@ -194,12 +194,14 @@ def latest_drift(store: Store, model: str, triton_version: str) -> dict[str, str
             "report": f"s3://{store.bucket}/{prefix}{day}/drift_report.html", "day": day}
 
 
-def model_info(store: Store, repository_uri: str, triton_version: str) -> str:
-    """``model-info.json`` of a published version, pretty-printed ('' when not in this bucket)."""
+def model_info(store: Store, repository_uri: str, model: str, triton_version: str) -> str:
+    """``model-info.json`` of a published version (``<repository>/<model>/<N>/``), pretty-printed
+    ('' when the repository is not in this bucket or the file is missing)."""
     head = f"s3://{store.bucket}/"
     if not repository_uri.startswith(head) or not triton_version:
         return ""
-    body = _get(store, f"{repository_uri[len(head):].rstrip('/')}/{triton_version}/model-info.json")
+    key = f"{repository_uri[len(head):].rstrip('/')}/{model}/{triton_version}/model-info.json"
+    body = _get(store, key) if store.exists(key) else None
     return json.dumps(json.loads(body), indent=2, sort_keys=True) if body else ""
 
 

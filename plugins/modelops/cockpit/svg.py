@@ -73,7 +73,7 @@ def line_chart(title: str, series: Sequence[Series], x_labels: Sequence[str] = (
         if n <= 8 or i in (0, n - 1):
             out.append(f'<text x="{x_of[i]:.1f}" y="{HEIGHT - 6}" font-size="9" text-anchor="middle">'
                        f'{escape(label)}</text>')
-    legend_x = PAD_LEFT + 76
+    legend_x = max(PAD_LEFT + 76, 14 + 7 * len(title))  # after the title (bold 12 px: ~7 px a character)
     for k, s in enumerate(series):
         dash = ' stroke-dasharray="4 3"' if s.dashed else ""
         d = _path(s.values, x_of, top, span, low)
@@ -87,6 +87,6 @@ def line_chart(title: str, series: Sequence[Series], x_labels: Sequence[str] = (
                                f'<title>{escape(s.label)} {_fmt(v)}</title></circle>')
         out.append(f'<text x="{legend_x + 52 * k}" y="14" font-size="10" fill="{s.color}">{escape(s.label)}</text>')
     if n == 0:
-        out.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" font-size="11" text-anchor="middle">no windows yet</text>')
+        out.append(f'<text x="{WIDTH / 2}" y="{HEIGHT / 2}" font-size="11" text-anchor="middle">no data yet</text>')
     out.append("</svg>")
     return "".join(out)

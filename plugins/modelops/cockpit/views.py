@@ -314,7 +314,7 @@ def lineage(model: str, version: str, stage: str, aliases: Sequence[str], run_id
         triton_version=tags.get("modelops.triton_version", "not published"), sha256=tags.get("modelops.sha256", ""),
         run_id=run_id, run_url=links.mlflow_run(run_id), version_url=links.mlflow_version(model, version),
         data_range=f"{start} … {end}" if start or end else "unknown",
-        contract=tags.get("modelops.contract_passed", "not checked"),
+        contract=tags.get("modelops.contract_result") or tags.get("modelops.contract_passed", "not checked"),
         contract_url=tags.get("modelops.contract_result", ""), model_info=model_info,
         releases=tuple(history_row(r, links) for r in releases if r.mlflow_version == version),
         drift=drift.get("verdict", "no nightly drift run yet"), drift_report=drift.get("report", ""),
