@@ -190,15 +190,16 @@ def test_the_mlflow_description_summarizes_the_release_lineage_drift_and_ctr() -
 def test_model_info_is_read_from_the_published_version_folder() -> None:
     from modelops.cockpit.store import model_info
 
+    objects = {"triton/repository/rec/4/model-info.json": b'{"sha256": "abc", "triton_version": 4}'}
+
     class Store:
         bucket = "platform"
-        objects = {"triton/repository/rec/4/model-info.json": b'{"sha256": "abc", "triton_version": 4}'}
 
         def exists(self, key: str) -> bool:
-            return key in self.objects
+            return key in objects
 
         def get_bytes(self, key: str) -> bytes:
-            return self.objects[key]
+            return objects[key]
 
     text = model_info(Store(), "s3://platform/triton/repository/", "rec", "4")  # type: ignore[arg-type]
     assert '"triton_version": 4' in text
