@@ -34,8 +34,9 @@ from tests.support.stackops import kill_everything, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
-#: Bounds this machine keeps with room (2 shared cores): a clean restart and a power cut.
-RESTART_BOUND_S = 240.0
+#: Bound with room on 2 shared cores: at the end of the full suite the reconciler reloads every model the
+#: other tests left routed (a dozen pipelines of three python models), not just this champion.
+RESTART_BOUND_S = 360.0
 
 
 def _body(k: int) -> dict[str, Any]:

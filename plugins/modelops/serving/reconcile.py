@@ -28,6 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,7 @@ class Reconciler:
         specs_of: the rendered config specs of a model (the pinned config override).
         grace_s: how long a version stays loaded after the routes stopped naming it.
         lock_wait_s: how long to wait for the per-model lock before skipping this tick.
+        parallel: models reconciled at the same time.
     """
 
     store: ObjectStore
@@ -156,6 +158,7 @@ class Reconciler:
     specs_of: Any  # Callable[[str], Mapping[Role, ModelConfigSpec]]
     grace_s: float = 600.0
     lock_wait_s: float = 5.0
+    parallel: int = 4
     last_routed: dict[tuple[str, int], float] = field(default_factory=dict)
 
     def tick(self) -> list[Outcome]:
@@ -167,12 +170,14 @@ class Reconciler:
         for model, versions in routed.items():
             for version in versions:
                 self.last_routed[(model, version)] = now
-        outcomes = []
+        work = []
         for model, versions in sorted(routed.items()):
             kept = self._kept(model, now) | active_holds(self.store, model)
-            for triton in self.tritons:
-                outcomes.append(self._one(triton, model, versions, kept))
-        return outcomes
+            work += [(triton, model, versions, kept) for triton in self.tritons]
+        # Models are independent (each has its own lock): after a Triton restart with many routed models,
+        # loading a few at once bounds the recovery by the slowest model instead of the sum of them all.
+        with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(work)))) as pool:
+            return list(pool.map(lambda item: self._one(*item), work))
 
     def _kept(self, model: str, now: float) -> frozenset[int]:
         return frozenset(v for (m, v), seen in self.last_routed.items() if m == model and now - seen < self.grace_s)

@@ -114,9 +114,11 @@ def up(cfg: Settings, progress: Progress = print, *, only: Sequence[str] | None 
     running = {s.name: process.live_pid(s.pid_file(cfg.home)) for s in services}
     to_start = [s for s in services if running[s.name] is None]
 
+    # A process of ours that was just killed can still hold its ports for a moment (a multi-threaded
+    # server is reported gone before its last thread closed the sockets): wait a little before refusing.
     taken = [
         f"{s.name}: port {port} on {cfg.bind_host} is already in use by another program"
-        for s in to_start for port in s.ports if process.port_in_use(cfg.bind_host, port)
+        for s in to_start for port in s.ports if _listening(cfg.bind_host, port, wait_s=3.0)
     ]
     if taken:
         raise StackError("cannot start the stack, nothing was started:\n  " + "\n  ".join(taken)
