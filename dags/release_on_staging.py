@@ -25,7 +25,9 @@ from airflow.sdk import dag, task
     doc_md=__doc__,
 )
 def release_on_staging() -> None:
-    @task(retries=2)
+    # A short retry delay: the watcher runs every minute from the stack's start, when a loaded
+    # machine can lose a task process before it runs; the next try should not wait five minutes.
+    @task(retries=2, retry_delay=timedelta(seconds=10))
     def new_staging_versions() -> list[dict[str, str]]:
         from modelops.release.steps import staging_versions_to_release
 
