@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 
 def _publish(args: argparse.Namespace) -> int:
@@ -60,7 +61,7 @@ def _reconcile(args: argparse.Namespace) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = settings()
     if args.triton:
-        tritons = [TritonTarget(url) for url in args.triton]
+        tritons = [TritonTarget(url, Path(args.repository) if args.repository else None) for url in args.triton]
     else:  # the configured Triton; the embedded one reads the local repository the reconciler mirrors into
         tritons = [TritonTarget(cfg.triton_http_url, None if cfg.triton_url else local_repository(cfg))]
     reconciler = Reconciler(ObjectStore.from_settings(cfg), tritons, lambda model: specs_for(model, cfg),
@@ -112,4 +113,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                            help="seconds a version stays loaded after the routes stopped naming it (default 600)")
     reconcile.add_argument("--triton", action="append", default=[], metavar="URL",
                            help="a Triton HTTP URL to keep in line (repeatable; default: the configured one)")
+    reconcile.add_argument("--repository", default="", metavar="DIR",
+                           help="with --triton: the model repository folder those servers read (a shared volume); "
+                                "versions are mirrored into it from the object store before a load")
     reconcile.set_defaults(func=_reconcile)
