@@ -32,8 +32,9 @@ def markdown(model: str, version: str, tags: Mapping[str, str], releases: Sequen
     if ours:
         r = ours[0]
         outcome = r.phase if r.ended_at is not None else f"running ({r.phase} at {r.weight:.0%})"
-        lines.append(f"**Latest release:** {outcome} — Triton v{r.canary_version} against stable "
-                     f"v{r.stable_version or 'none'}, started {when(r.started_at)} by {r.started_by}"
+        stable = f"stable v{r.stable_version}" if r.stable_version else "no stable version (first release)"
+        lines.append(f"**Latest release:** {outcome} — Triton v{r.canary_version} against {stable}, "
+                     f"started {when(r.started_at)} by {r.started_by}"
                      + (f"; {r.reason}" if r.reason else "")
                      + (f"; MTTR {seconds(r.mttr_s)}" if r.mttr_s is not None else "") + ".")
         if len(ours) > 1:
