@@ -145,7 +145,7 @@ def test_a_good_version_is_promoted_through_every_step(
     add_commands(parser.add_subparsers(dest="command"))
     args = parser.parse_args(["release", "start", "--model", model, "--version", version, "--steps", "25,50,100",
                               "--interval-s", str(CANARY["analysis_interval_s"]), "--min-requests",
-                              str(CANARY["min_requests"]), "--grace-s", "4", "--timeout-s", "230"])
+                              str(CANARY["min_requests"]), "--grace-s", "4", "--timeout-s", "300"])
     capsys.readouterr()
     with Traffic(stack_settings, model):
         code = args.func(args)
@@ -266,7 +266,9 @@ def test_with_approval_required_the_release_waits_at_50_percent_until_approved(
     hitl = "/api/v2/dags/model_release/dagRuns/{run_id}/taskInstances/approve_full_rollout/-1/hitlDetails"
     with Traffic(stack_settings, model):
         run_id = _release(airflow, model, version, require_approval=True)
-        deadline = time.monotonic() + 200
+        # A deadline, not a sleep: the contract gate and publish alone took 2.5 min on a loaded machine,
+        # and the error test may take two windows per step.
+        deadline = time.monotonic() + 300
         detail: dict[str, Any] | None = None
         while time.monotonic() < deadline and detail is None:
             try:
