@@ -199,6 +199,74 @@ def _release_faulty(cfg: Settings) -> str:
     return _canary_release(cfg, "faulty-errors", "rolled back")
 
 
+def _release_on_staging(cfg: Settings) -> str:
+    """A person's path: a new version moved to Staging in the MLflow UI is released by itself."""
+    from mlflow import MlflowClient
+
+    from modelops.airflow_client import AirflowError, client_from_settings
+
+    client = client_from_settings()
+    run_id = _follow("train_and_register", {"model_name": DEMO_MODEL, "seed": 10, "variant": "good"})
+    version = str(client.xcom("train_and_register", run_id, "register")["version"])
+    mlflow = MlflowClient(cfg.mlflow_uri)
+    # The model's release options, as its owner would set them once in the MLflow UI: a canary sized
+    # for the demo's traffic (the defaults, 1 % first and 60 s windows, suit busier models).
+    for param, value in (("canary_steps", "25,50,100"), ("analysis_interval_s", "5"), ("min_requests", "20"),
+                         ("stable_grace_s", "5")):
+        mlflow.set_registered_model_tag(DEMO_MODEL, f"modelops.release.{param}", value)
+    mlflow.transition_model_version_stage(DEMO_MODEL, version, "Staging")
+    print(f"    moved {DEMO_MODEL} version {version} to Staging through the MLflow client (as the MLflow UI "
+          "does); release_on_staging (every minute) starts its release")
+    with _traffic(cfg):
+        deadline, release = time.monotonic() + 360, None
+        while release is None and time.monotonic() < deadline:
+            runs = client.request("GET", "/api/v2/dags/model_release/dagRuns",
+                                  params={"limit": 50, "order_by": "-start_date"})["dag_runs"]
+            release = next((r["dag_run_id"] for r in runs if (r.get("conf") or {}).get("model") == DEMO_MODEL
+                            and str((r.get("conf") or {}).get("version")) == version), None)
+            time.sleep(3)
+        if release is None:
+            raise AirflowError(f"no model_release run started for {DEMO_MODEL} version {version} within 360 s "
+                               "(is release_on_staging paused?)")
+        print(f"    release_on_staging started model_release run {release}")
+        print(f"    follow it in the cockpit: {cfg.airflow_api_url}/modelops/releases (Airflow nav: Browse → "
+              "Releases), or on the run page's Release tab")
+        state = client.wait("model_release", release, timeout_s=900,
+                            on_change=lambda s: print(f"    model_release: {s}", flush=True))
+    if state != "success":
+        raise AirflowError(f"the release of {DEMO_MODEL} version {version} from Staging ended {state}")
+    _STATE["version"] = version
+    return f"{DEMO_MODEL} version {version}: moved to Staging, released and promoted without a trigger"
+
+
+def _nightly_jobs(cfg: Settings) -> str:
+    """The batch paths on the demo's traffic: CTR / CVR per version, then the drift check."""
+    from modelops.airflow_client import AirflowError, client_from_settings
+
+    client = client_from_settings()
+    day = time.strftime("%Y-%m-%d", time.gmtime())
+    # A window of 36 s: today's run waits only that long for late feedback (the schedule waits 24 h).
+    _follow("feedback_join", {"window_hours": 0.01})
+    drift_run = _follow("nightly_drift", {})
+    try:
+        reports = client.xcom("nightly_drift", drift_run, "publish_reports") or []
+    except AirflowError:  # skipped: no version had samples to compare yet
+        reports = []
+    version = str(_STATE.get("version", ""))
+    print(f"    CTR / CVR of {day}: s3://{cfg.bucket}/metrics/ctr_cvr/dt={day}/ (ctr_cvr.json), on the MLflow run "
+          f"(metrics online_ctr, online_cvr) and on the lineage page "
+          f"{cfg.airflow_api_url}/modelops/lineage/{DEMO_MODEL}/{version}")
+    for report in reports:
+        print(f"    drift report of {report['model']} v{report['triton_version']}: {report['report']} "
+              f"(drifted: {report['drifted']})")
+    if not reports:
+        print("    drift: the launch day's samples became the version's baseline; tomorrow's scheduled "
+              f"nightly_drift compares with them (reports under s3://{cfg.bucket}/reports/drift/{DEMO_MODEL}/)")
+    print(f"    the MLflow version page ({cfg.mlflow_uri}/#/models/{DEMO_MODEL}/versions/{version}) carries the "
+          "same summary in its description")
+    return f"feedback_join and nightly_drift ran for {day}"
+
+
 STEPS: tuple[Step, ...] = (
     Step("bring the embedded stack up", _stack_up),
     Step("show where to look", _urls),
@@ -208,6 +276,9 @@ STEPS: tuple[Step, ...] = (
     Step("score one request on the released Triton version", _infer),
     Step("release a better version under generated traffic (canary: expect promotion)", _release_good),
     Step("release a version that fails 30% of requests (canary: expect rollback)", _release_faulty),
+    Step("move a new version to Staging in MLflow: the release starts by itself (release_on_staging)",
+         _release_on_staging),
+    Step("run feedback_join and nightly_drift on the demo's traffic (CTR / CVR, drift)", _nightly_jobs),
 )
 
 
