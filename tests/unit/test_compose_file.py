@@ -70,6 +70,12 @@ def test_mlflow_runs_behind_basic_auth_and_accepts_its_service_name(production: 
     assert airflow_env["MLFLOW_TRACKING_USERNAME"] == "airflow"
 
 
+def test_the_scheduled_dags_are_live_from_the_start(production: dict) -> None:
+    """release_on_staging, feedback_join and nightly_drift must run without a person unpausing them."""
+    for name in ("airflow-scheduler", "airflow-dag-processor"):
+        assert production["services"][name]["environment"]["AIRFLOW__CORE__DAGS_ARE_PAUSED_AT_CREATION"] == "False"
+
+
 def test_each_service_has_its_own_object_store_identity(production: dict) -> None:
     keys = {name: production["services"][name]["environment"]["AWS_ACCESS_KEY_ID"]
             for name in ("airflow-scheduler", "mlflow", "gateway-1", "triton")}
