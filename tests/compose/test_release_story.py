@@ -17,13 +17,13 @@ from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import numpy as np
 import pytest
 import requests
 
 from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
+from tests.support.worlds import publish_tables
 
 pytestmark = pytest.mark.compose
 
@@ -50,20 +50,6 @@ def _run_traffic(cfg: Settings, n: int, seed: int) -> Any:
     from modelops.traffic.runner import run_traffic
 
     return asyncio.run(run_traffic(_traffic_spec(n, seed, rate=150.0), cfg.gateway_url, progress=lambda line: None))
-
-
-def _publish_tables(store: ObjectStore, snapshot: str, shift: bool) -> None:
-    from modelops.example.synthetic import WorldSpec, generate_tables
-    from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
-
-    features = load_features()
-    users, items = generate_tables(features, replace(WorldSpec(), seed=7, n_users=400, n_items=400))
-    if shift:  # drift in three known features, inside their contract ranges
-        users["user_ctr_30d"] = np.clip(users["user_ctr_30d"] + 0.35, 0, 1)
-        users["user_sessions_7d"] = np.clip(users["user_sessions_7d"] * 2.5 + 20, 0, 200)
-        items["item_price"] = np.clip(items["item_price"] * 3.0 + 200, 0, 5000)
-    publish_feature_tables(store, snapshot, users, items, features=features)
 
 
 def _train(airflow: AirflowClient, **params: Any) -> str:
@@ -138,7 +124,7 @@ def _wait_logs(store: ObjectStore, prefix: str, min_rows: int, timeout_s: float 
 def test_a_version_trained_in_airflow_is_released_and_served_through_the_load_balancer(
     airflow: AirflowClient, compose_settings: Settings, object_store: ObjectStore,
 ) -> None:
-    _publish_tables(object_store, f"base-{uuid.uuid4().hex[:6]}", shift=False)
+    publish_tables(object_store, f"base-{uuid.uuid4().hex[:6]}", shift=False)
     version = _train(airflow, seed=7)
     run_id = _release(airflow, version)
     assert airflow.wait("model_release", run_id, timeout_s=600) == "success", _states(
@@ -275,7 +261,7 @@ def test_nightly_drift_runs_on_the_spark_cluster_and_reports_the_drift(
     assert airflow.wait("nightly_drift", first, timeout_s=600) == "success", _states(airflow, "nightly_drift", first)
     tags = _registry().get(MODEL, STORY["stable_version"]).tags
     assert tags["modelops.drift_baseline_day"] == day
-    _publish_tables(object_store, f"shift-{uuid.uuid4().hex[:6]}", shift=True)
+    publish_tables(object_store, f"shift-{uuid.uuid4().hex[:6]}", shift=True)
     _wait_gateways(compose_settings, lambda h: str(h.get("feature_snapshot", "")).startswith("shift-"),
                    "the shifted feature snapshot")
     before = sum(1 for _ in object_store.list_keys(f"logs/scored_samples/dt={day}/"))

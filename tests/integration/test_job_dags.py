@@ -20,7 +20,6 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import requests
 
@@ -28,6 +27,7 @@ from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
 from tests.support.receiver import NotificationReceiver
+from tests.support.worlds import publish_tables
 
 pytestmark = pytest.mark.integration
 
@@ -46,20 +46,6 @@ def _traffic(cfg: Settings, model: str, n: int, seed: int) -> Any:
                        items_per_request=(2, 6), id_width=6, default=Behaviour(0.3, 0.4, 0.2), per_version={},
                        concurrency=8, seed=seed)
     return asyncio.run(run_traffic(spec, cfg.gateway_url, progress=lambda line: None))
-
-
-def _publish_tables(store: ObjectStore, snapshot: str, shift: bool) -> None:
-    from modelops.example.synthetic import WorldSpec, generate_tables
-    from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
-
-    features = load_features()
-    users, items = generate_tables(features, replace(WorldSpec(), seed=7, n_users=400, n_items=400))
-    if shift:  # drift in three known features, inside their contract ranges
-        users["user_ctr_30d"] = np.clip(users["user_ctr_30d"] + 0.35, 0, 1)
-        users["user_sessions_7d"] = np.clip(users["user_sessions_7d"] * 2.5 + 20, 0, 200)
-        items["item_price"] = np.clip(items["item_price"] * 3.0 + 200, 0, 5000)
-    publish_feature_tables(store, snapshot, users, items, features=features)
 
 
 def _wait_gateway(cfg: Settings, predicate: Any, what: str, timeout_s: float = 30.0) -> dict[str, Any]:
@@ -112,7 +98,7 @@ def served(stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str)
     # Promoted yesterday: today is the version's first full day, so its samples become the baseline.
     yesterday = (datetime.now(UTC) - timedelta(days=1)).isoformat()
     registry.set_tags(model, version, {"modelops.promoted_at": yesterday})
-    _publish_tables(object_store, f"base-{uuid.uuid4().hex[:6]}", shift=False)
+    publish_tables(object_store, f"base-{uuid.uuid4().hex[:6]}", shift=False)
     routes = Routes(model=model, revision=1, stable=VersionRef(published.triton_version, published.sha256),
                     canary=None, canary_weight=0.0, updated_at=datetime.now(UTC).isoformat(), updated_by="tests")
     object_store.put_bytes(routes_key(model), serialize_routes(routes))
@@ -192,7 +178,7 @@ def test_nightly_drift_dag_finds_the_injected_drift_and_reports_it(
     assert object_store.exists(tags["modelops.drift_baseline"])
 
     # The feature tables move in three known features; later traffic is compared with the baseline.
-    _publish_tables(object_store, f"shift-{uuid.uuid4().hex[:6]}", shift=True)
+    publish_tables(object_store, f"shift-{uuid.uuid4().hex[:6]}", shift=True)
     time.sleep(7)  # the gateway polls the feature pointer every 5 s
     before = sum(1 for _ in object_store.list_keys(f"logs/scored_samples/dt={day}/"))
     report = _traffic(stack_settings, model, 250, seed=3)
