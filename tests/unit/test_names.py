@@ -39,6 +39,15 @@ def test_cli_entrance() -> None:
         parser.parse_args(["release", "start", "--model", "Rec-2", "--version", "3"])
     with pytest.raises(SystemExit):
         parser.parse_args(["traffic", "--model", "../etc"])
+    # Triton's own commands and registration take the same rule (the name becomes a folder and keys).
+    for argv in (["publish", "--model", "Rec", "--version", "1"], ["publish", "--model", "rec", "--version", "1",
+                 "--triton-name", "rec-x"], ["load", "--model", "a/b", "--triton-version", "1"],
+                 ["unload", "--model", "1rec", "--triton-version", "1"], ["served", "--model", ""],
+                 ["example", "train", "--register", "Rec.v2"]):
+        with pytest.raises(SystemExit):
+            parser.parse_args(argv)
+    assert parser.parse_args(["served", "--model", "rec_v2"]).model == "rec_v2"
+    assert parser.parse_args(["example", "train", "--register", "rec_v2"]).register == "rec_v2"
 
 
 def test_dag_param_entrance() -> None:

@@ -8,6 +8,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from modelops.example.train import DEFAULT_ERROR_RATE, DEFAULT_SLOWDOWN, VARIANTS
+from modelops.names import cli_model_name
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -34,7 +35,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         "--error-rate", type=float, default=DEFAULT_ERROR_RATE, help="faulty-errors: share failing"
     )
     train.add_argument("--slowdown", type=float, default=DEFAULT_SLOWDOWN, help="slow: latency factor")
-    train.add_argument("--register", metavar="NAME", default=None, help="register a model version under NAME")
+    train.add_argument("--register", metavar="NAME", default=None, type=cli_model_name,
+                       help="register a model version under NAME")
     train.add_argument("--tracking-uri", default=None, help="MLflow tracking URI (default: settings)")
     train.add_argument("--experiment", default="modelops-example", help="MLflow experiment name")
     train.add_argument("--owner", default="recsys-team", help="owner tag")

@@ -6,6 +6,8 @@ import argparse
 import json
 from pathlib import Path
 
+from modelops.names import cli_model_name
+
 
 def _publish(args: argparse.Namespace) -> int:
     from modelops.serving.publisher import publish_version
@@ -85,24 +87,26 @@ def _reconcile(args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``publish``, ``load``, ``unload`` and ``served`` to the ``modelops`` command line."""
     publish = sub.add_parser("publish", help="publish an MLflow model version as a Triton version and load it")
-    publish.add_argument("--model", required=True, help="registered model name (also the Triton name)")
+    publish.add_argument("--model", required=True, type=cli_model_name,
+                         help="registered model name (also the Triton name)")
     publish.add_argument("--version", required=True, help="registered model version")
-    publish.add_argument("--triton-name", default=None, help="Triton pipeline name if not the model name")
+    publish.add_argument("--triton-name", default=None, type=cli_model_name,
+                         help="Triton pipeline name if not the model name")
     publish.add_argument("--no-load", action="store_true", help="upload and mirror only, do not load")
     publish.set_defaults(func=_publish)
 
     load = sub.add_parser("load", help="serve a published Triton version beside those already served")
-    load.add_argument("--model", required=True, help="Triton pipeline name")
+    load.add_argument("--model", required=True, type=cli_model_name, help="Triton pipeline name")
     load.add_argument("--triton-version", type=int, required=True)
     load.set_defaults(func=_load)
 
     unload = sub.add_parser("unload", help="stop serving one Triton version (the others keep serving)")
-    unload.add_argument("--model", required=True, help="Triton pipeline name")
+    unload.add_argument("--model", required=True, type=cli_model_name, help="Triton pipeline name")
     unload.add_argument("--triton-version", type=int, required=True)
     unload.set_defaults(func=_unload)
 
     served = sub.add_parser("served", help="list the versions Triton serves and check each answers")
-    served.add_argument("--model", required=True, help="Triton pipeline name")
+    served.add_argument("--model", required=True, type=cli_model_name, help="Triton pipeline name")
     served.set_defaults(func=_served)
 
     reconcile = sub.add_parser("reconcile", help="make every Triton serve exactly the routed versions "
