@@ -59,18 +59,23 @@ def _wait_gateway(cfg: Settings, predicate: Any, what: str, timeout_s: float = 3
     raise AssertionError(f"gateway never reported {what}: {body}")
 
 
-def _wait_logs(store: ObjectStore, prefix: str, min_rows: int, timeout_s: float = 60.0) -> int:
+def _count_rows(store: ObjectStore, prefix: str) -> int:
     import pyarrow.parquet as pq
 
+    rows = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, key in enumerate(k for k in store.list_keys(prefix) if k.endswith(".parquet")):
+            path = Path(tmp) / f"{i}.parquet"
+            path.write_bytes(store.get_bytes(key))
+            rows += pq.read_metadata(path).num_rows
+    return rows
+
+
+def _wait_logs(store: ObjectStore, prefix: str, min_rows: int, timeout_s: float = 60.0) -> int:
     deadline = time.monotonic() + timeout_s
     rows = 0
     while time.monotonic() < deadline:
-        rows = 0
-        with tempfile.TemporaryDirectory() as tmp:
-            for i, key in enumerate(k for k in store.list_keys(prefix) if k.endswith(".parquet")):
-                path = Path(tmp) / f"{i}.parquet"
-                path.write_bytes(store.get_bytes(key))
-                rows += pq.read_metadata(path).num_rows
+        rows = _count_rows(store, prefix)
         if rows >= min_rows:
             return rows
         time.sleep(2)
@@ -98,12 +103,14 @@ def served(stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str)
     # Promoted yesterday: today is the version's first full day, so its samples become the baseline.
     yesterday = (datetime.now(UTC) - timedelta(days=1)).isoformat()
     registry.set_tags(model, version, {"modelops.promoted_at": yesterday})
-    publish_tables(object_store, f"base-{uuid.uuid4().hex[:6]}", shift=False)
+    snapshot = f"base-{uuid.uuid4().hex[:6]}"
+    publish_tables(object_store, snapshot, shift=False)
     routes = Routes(model=model, revision=1, stable=VersionRef(published.triton_version, published.sha256),
                     canary=None, canary_weight=0.0, updated_at=datetime.now(UTC).isoformat(), updated_by="tests")
     object_store.put_bytes(routes_key(model), serialize_routes(routes))
-    _wait_gateway(stack_settings, lambda h: model in h.get("models", []) and h.get("feature_snapshot"),
-                  "the routes and the feature snapshot")
+    # This snapshot, not whichever an earlier test left loaded: the baseline's features come from it.
+    _wait_gateway(stack_settings, lambda h: model in h.get("models", []) and h.get("feature_snapshot") == snapshot,
+                  f"the routes and the feature snapshot {snapshot}")
     return {"model": model, "version": version, "triton_version": published.triton_version,
             "run_id": logged.run_id}
 
@@ -167,8 +174,10 @@ def test_nightly_drift_dag_finds_the_injected_drift_and_reports_it(
     from modelops.registry.mlflow_registry import MlflowRegistry
 
     model, day = served["model"], _today()
+    samples = f"logs/scored_samples/dt={day}/"
+    already_logged = _count_rows(object_store, samples)
     report = _traffic(stack_settings, model, 250, seed=2)
-    _wait_logs(object_store, f"logs/scored_samples/dt={day}/", report.status.get(200, 0))
+    _wait_logs(object_store, samples, already_logged + report.status.get(200, 0))
 
     # First run of the launch day: the day's samples so far become the baseline; no report yet.
     first = airflow.trigger("nightly_drift", run_id=f"test-drift-{uuid.uuid4().hex[:6]}")
