@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -153,4 +154,37 @@ def test_an_expired_lock_is_taken_over_and_a_live_one_times_out() -> None:
     live = json.dumps({"owner": "busy", "token": "y", "expires_at": time.time() + 60}).encode()
     store.write_if(lock_key("ranker"), live, None)
     with pytest.raises(ServingError, match="held by busy"), model_lock(store, "ranker", wait_s=0.05, poll_s=0.01):
+        pass
+
+
+def test_a_lock_of_a_dead_process_on_this_host_is_taken_over_at_once_another_hosts_is_not() -> None:
+    import socket
+    import subprocess
+    import sys
+
+    import psutil
+
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    started = psutil.Process(child.pid).create_time()
+    child.kill()  # a publish task SIGKILLed while it held the lock
+    child.wait()
+    dead = {"owner": "publish killed", "token": "x", "expires_at": time.time() + 300, "host": socket.gethostname(),
+            "pid": child.pid, "pid_started": started}
+    store = AtomicMemoryStore()
+    store.write_if(lock_key("ranker"), json.dumps(dead).encode(), None)
+    began = time.monotonic()
+    with model_lock(store, "ranker", owner="me", wait_s=5, poll_s=0.01):
+        body, _ = store.read(lock_key("ranker"))
+        assert body is not None and json.loads(body)["owner"] == "me"
+    assert time.monotonic() - began < 2, "taken over without waiting for the TTL"
+    # The same dead PID on another host proves nothing here: the lock is left to its TTL.
+    store.write_if(lock_key("ranker"), json.dumps({**dead, "host": "elsewhere"}).encode(), None)
+    with pytest.raises(ServingError, match="held by publish killed"), model_lock(store, "ranker", wait_s=0.05,
+                                                                                poll_s=0.01):
+        pass
+    # A live holder on this host (this process) is waited for.
+    alive = {**dead, "host": socket.gethostname(), "pid": os.getpid(), "pid_started": psutil.Process().create_time()}
+    store.remove(lock_key("ranker"))
+    store.write_if(lock_key("ranker"), json.dumps(alive).encode(), None)
+    with pytest.raises(ServingError, match="held by"), model_lock(store, "ranker", wait_s=0.05, poll_s=0.01):
         pass

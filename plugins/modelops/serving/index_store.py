@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import os
 import random
+import socket
 import time
 import uuid
 from collections.abc import Iterator
@@ -130,6 +131,29 @@ def allocate_version(store: ConditionalStore | ObjectStore, model: str, sha256: 
     raise ServingError(f"{key}: still contended after {MAX_ATTEMPTS} attempts")
 
 
+def _this_process() -> dict[str, object]:
+    """Who holds a lock: host, PID and the PID's start time (so a reused PID is not mistaken for it)."""
+    import psutil
+
+    return {"host": socket.gethostname(), "pid": os.getpid(), "pid_started": psutil.Process().create_time()}
+
+
+def holder_is_gone(holder: dict[str, object]) -> bool:
+    """True when the lock's holder was a process on this host that no longer runs (never for another host)."""
+    import psutil
+
+    pid, started = holder.get("pid"), holder.get("pid_started")
+    if holder.get("host") != socket.gethostname() or not isinstance(pid, int) or not isinstance(started, float):
+        return False
+    try:
+        proc = psutil.Process(pid)
+        return bool(abs(proc.create_time() - started) > 0.5 or proc.status() == psutil.STATUS_ZOMBIE)
+    except psutil.NoSuchProcess:
+        return True
+    except psutil.Error:  # cannot tell (e.g. access denied): treat as alive, the TTL still applies
+        return False
+
+
 def lock_key(model: str) -> str:
     """Object key of the lock that serialises loads/unloads of ``model`` on Triton."""
     return f"triton/{model}/load.lock"
@@ -142,8 +166,10 @@ def model_lock(store: ConditionalStore | ObjectStore, model: str, *, owner: str 
 
     A load reads the versions served and reloads with that set plus one; two of them at
     once could each drop the other's version. The lock is a create-only object
-    (``If-None-Match: *``); a holder that died is replaced after ``ttl_s`` by a conditional
-    overwrite of the expired lock (``If-Match``), so exactly one waiter takes it over.
+    (``If-None-Match: *``); a holder that died is replaced by a conditional overwrite
+    (``If-Match``), so exactly one waiter takes it over: at once when the holder was a process
+    on this host that no longer runs (a publish task SIGKILLed with its scheduler), else after
+    ``ttl_s``.
 
     Raises:
         ServingError: the lock stayed held by someone else for ``wait_s`` seconds.
@@ -154,13 +180,14 @@ def model_lock(store: ConditionalStore | ObjectStore, model: str, *, owner: str 
     deadline = time.monotonic() + wait_s
     while True:
         body = json.dumps({"owner": owner or f"pid {os.getpid()}", "token": token,
-                           "expires_at": time.time() + ttl_s}).encode()
+                           "expires_at": time.time() + ttl_s, **_this_process()}).encode()
         if cas.write_if(key, body, None):
             break
         current, etag = cas.read(key)
         if current is not None:
             holder = json.loads(current)
-            if float(holder.get("expires_at", 0)) < time.time() and cas.write_if(key, body, etag):
+            stale = float(holder.get("expires_at", 0)) < time.time() or holder_is_gone(holder)
+            if stale and cas.write_if(key, body, etag):
                 break
             if time.monotonic() > deadline:
                 raise ServingError(f"{key}: held by {holder.get('owner')} for longer than {wait_s:.0f} s")
