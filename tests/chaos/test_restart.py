@@ -30,7 +30,9 @@ from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
 from modelops.stack import launcher
+from tests.support.eventlogs import logged_values
 from tests.support.stackops import kill_everything, wait_for
+from tests.support.worlds import release_champion
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
 
@@ -54,25 +56,15 @@ def champion(stack_settings: Settings, object_store: ObjectStore, mlflow_uri: st
     """A released champion served through the gateway, with predictions and acknowledged feedback."""
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
-    from modelops.example.tracking import log_trained_model
-    from modelops.example.train import TrainSpec, train
     from modelops.features import load_features
     from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
-    from modelops.registry.mlflow_registry import MlflowRegistry
-    from modelops.serving.publisher import publish_version
 
-    model = f"rst_{uuid.uuid4().hex[:6]}"
-    trained = train(TrainSpec(world=replace(WorldSpec(), n_requests=1500), hidden=(16,), max_iter=25))
+    released = release_champion("rst", mlflow_uri, "modelops-tests-restart")
+    model, version = released.model, released.version
     features = load_features()
     users, items = generate_tables(features, replace(WorldSpec(), seed=5, n_users=80, n_items=80))
     publish_feature_tables(object_store, f"restart-{uuid.uuid4().hex[:6]}", users, items, features=features)
-    logged = log_trained_model(trained, mlflow_uri, register_name=model, experiment="modelops-tests-restart")
-    version = str(logged.registered_version)
-    registry = MlflowRegistry.from_settings()
-    registry.to_staging(model, version, contract_passed=True, contract_result="passed")
-    published = publish_version(model, version)
-    registry.promote(model, version)
-    routes = Routes(model, 1, VersionRef(published.triton_version, published.sha256), None, 0.0,
+    routes = Routes(model, 1, VersionRef(released.triton_version, released.sha256), None, 0.0,
                     datetime.now(UTC).isoformat(), "tests")
     object_store.put_bytes(routes_key(model), serialize_routes(routes))
     label = routes.stable.label
@@ -91,7 +83,7 @@ def champion(stack_settings: Settings, object_store: ObjectStore, mlflow_uri: st
                             json={"feedback_token": token, "action": "click", "timestamp": time.time()})
         assert ack.status_code == 202, ack.text
         tokens.append(token)
-    return {"model": model, "version": version, "label": label, "triton_version": published.triton_version,
+    return {"model": model, "version": version, "label": label, "triton_version": released.triton_version,
             "tokens": tokens}
 
 
@@ -115,22 +107,6 @@ def _snapshot(cfg: Settings, store: ObjectStore, champion: dict[str, Any], tmp: 
     }
 
 
-def _feedback_in_store(store: ObjectStore, tokens: set[str]) -> set[str]:
-    """The acknowledged feedback tokens found in the feedback log (Parquet) in the store."""
-    import io
-
-    import pyarrow.parquet as pq
-
-    from modelops.records import LOG_PREFIXES
-
-    found: set[str] = set()
-    for key in store.list_keys(LOG_PREFIXES["feedback"]):
-        if key.endswith(".parquet"):
-            table = pq.read_table(io.BytesIO(store.get_bytes(key)), columns=["feedback_token"])
-            found.update(t for t in table.column("feedback_token").to_pylist() if t in tokens)
-    return found
-
-
 def _check_everything_back(cfg: Settings, store: ObjectStore, champion: dict[str, Any], before: dict[str, Any],
                            started: float, story: str, tmp: Path) -> None:
     from modelops.serving.api import served_versions
@@ -147,7 +123,7 @@ def _check_everything_back(cfg: Settings, store: ObjectStore, champion: dict[str
     after = _snapshot(cfg, store, champion, tmp)
     assert after == before, f"{story}: registry, artifacts, routes or feature tables changed"
     tokens = set(champion["tokens"])
-    wait_for(lambda: _feedback_in_store(store, tokens) == tokens, 60,
+    wait_for(lambda: logged_values(store, "feedback", "feedback_token", tokens) == tokens, 60,
              f"{story}: every acknowledged feedback record in the store")
     print(f"{story}: champion served through the gateway {serving_s:.1f} s after the restart began")
 

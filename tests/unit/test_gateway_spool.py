@@ -223,3 +223,53 @@ def test_event_logs_restart_uploads_leftovers(tmp_path: Path) -> None:
     tokens = [t for v in store.objects.values() for t in pq.read_table(io.BytesIO(v)).column(0).to_pylist()]
     assert sorted(tokens) == sorted(f"tok-{k}" for k in range(20))
     assert spool_usage(tmp_path) == (0, 0)
+
+
+def test_a_batch_refused_by_a_full_disk_leaves_no_torn_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from modelops.gateway import spool
+
+    writer = SegmentWriter(tmp_path)
+    writer.write(b"".join(encode_frame(_feedback(k)) for k in range(3)))
+    real_write = os.write
+
+    def full_disk(fd: int, data: object) -> int:  # takes half the batch, then ENOSPC (a tmpfs at a page edge)
+        view = memoryview(data)  # type: ignore[arg-type]
+        if len(view) > 8:
+            return real_write(fd, view[: len(view) // 2])
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(spool.os, "write", full_disk)
+    with pytest.raises(OSError):
+        writer.write(b"".join(encode_frame(_feedback(k)) for k in range(3, 6)))
+    monkeypatch.setattr(spool.os, "write", real_write)
+    writer.write(encode_frame(_feedback(6)))  # space again: the next acknowledged batch follows the good frames
+    segment = writer.seal()
+    assert segment is not None
+    data = segment.read_bytes()
+    records, used = read_frames(data)
+    assert used == len(data)
+    assert [r[0] for r in records] == ["tok-0", "tok-1", "tok-2", "tok-6"]
+
+
+def test_a_torn_segment_uploads_its_records_even_when_the_local_quarantine_cannot_be_written(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "feedback"
+    writer = SegmentWriter(spool_dir)
+    writer.write(b"".join(encode_frame(_feedback(k)) for k in range(4)))
+    assert writer.current is not None
+    with open(writer.current, "ab") as handle:
+        handle.write(encode_frame(_feedback(9))[:7])
+    segment = writer.seal()
+    assert segment is not None
+    (tmp_path / "quarantine").write_text("not a directory")  # the local copy fails like a full disk
+    store = MemoryStore()
+    uploader = Uploader(spool_dir, "logs/feedback", store, convert_feedback)
+    assert uploader.run_once() == 1
+    assert not segment.exists()
+    kept = store.objects[f"logs/feedback/_quarantine/{segment.name}"]
+    assert read_frames(kept)[1] == len(kept) - 7, "the copy keeps the unreadable tail"
+    parquet = [v for k, v in store.objects.items() if k.endswith(".parquet")]
+    tokens = sorted(t for v in parquet for t in pq.read_table(io.BytesIO(v)).column("feedback_token").to_pylist())
+    assert tokens == ["tok-0", "tok-1", "tok-2", "tok-3"]
+    assert uploader.stats.quarantined == 1

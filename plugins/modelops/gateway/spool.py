@@ -157,10 +157,19 @@ class SegmentWriter:
         if self._fd < 0:
             self._open()
         view = memoryview(frames)
-        while view:
-            written = os.write(self._fd, view)
-            view = view[written:]
-        os.fdatasync(self._fd)  # data and the size that reads it back (fsync would also flush mtime)
+        try:
+            while view:
+                written = os.write(self._fd, view)
+                view = view[written:]
+            os.fdatasync(self._fd)  # data and the size that reads it back (fsync would also flush mtime)
+        except OSError:
+            # A full disk can take part of the batch (up to a page boundary) before ENOSPC: cut the
+            # segment back to its last acknowledged frame, so the refused batch leaves no torn bytes
+            # that later batches would follow (the reader stops at the first bad frame). Shrinking
+            # never needs space.
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
+            raise
         self._size += len(frames)
 
     def rotate_if_due(self) -> Path | None:
@@ -434,13 +443,31 @@ class Uploader:
             os.close(fd)
 
     def _quarantine(self, segment: Path, data: bytes) -> None:
-        """Keep a copy of a segment with unreadable bytes (beyond a torn tail) for people to inspect."""
-        target = self.directory.parent / "quarantine" / segment.name
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(data)
+        """Keep a copy of a segment with unreadable trailing bytes for people to inspect.
+
+        The copy goes next to the spool; when that disk is full (the usual reason for a torn
+        tail) it goes to the object store under ``<prefix>/_quarantine/`` instead, so the
+        readable records are still uploaded and the spool can drain.
+
+        Raises:
+            ObjectStoreError: neither copy could be kept (the segment stays for the next try).
+        """
         self.stats.quarantined += 1
+        unreadable = len(data) - read_frames(data)[1]
+        target = self.directory.parent / "quarantine" / segment.name
+        try:
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(data)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                target.unlink()  # a partial local copy is worse than none
+            key = f"{self.prefix.rstrip('/')}/_quarantine/{segment.name}"
+            self.store.put_bytes(key, data, content_type="application/octet-stream")
+            log.warning("spool segment %s has %d unreadable trailing bytes; no local copy (%s), kept at %s",
+                        segment, unreadable, exc, key)
+            return
         log.warning("spool segment %s has %d unreadable trailing bytes; copy kept at %s",
-                    segment, len(data) - read_frames(data)[1], target)
+                    segment, unreadable, target)
 
 
 def iter_hours(timestamps_us: Sequence[int]) -> Iterator[tuple[datetime, list[int]]]:
