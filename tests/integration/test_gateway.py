@@ -41,6 +41,7 @@ from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.objectstore import ObjectStore
 from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS
 from modelops.serving.triton import TritonClient
+from tests.support.eventlogs import logged_values
 
 pytestmark = pytest.mark.integration
 
@@ -380,6 +381,23 @@ def test_prediction_collapse_notifies_once(gateway: GatewayProcess, notification
     assert f'ml_prediction_std{{model="{FLAT}",version="1"}} 0' in metrics
 
 
+def _restart_and_find(process: GatewayProcess, store: ObjectStore, kind: str, column: str, sent: list[str],
+                      acknowledged: list[str]) -> tuple[set[str], set[str]]:
+    """Start ``process`` again on its spool (leftovers are sealed and uploaded at start) and wait up to 60 s
+    for every acknowledged value in the ``kind`` log; returns (found, lost)."""
+    process.start()
+    wanted = set(acknowledged)
+    deadline = time.monotonic() + 60
+    found: set[str] = set()
+    while time.monotonic() < deadline:
+        found = logged_values(store, kind, column, sent)
+        if wanted <= found:
+            break
+        time.sleep(1)
+    process.stop()
+    return found, wanted - found
+
+
 def test_kill9_during_a_feedback_burst_loses_no_acknowledged_event(
         served: dict[str, Any], stack_settings: Settings, object_store: ObjectStore, tmp_path: Path) -> None:
     secret = resolve_secret(stack_settings.feedback_secret, stack_settings.home)
@@ -419,18 +437,7 @@ def test_kill9_during_a_feedback_burst_loses_no_acknowledged_event(
     process.proc.wait(timeout=10)
     assert 1500 <= len(acknowledged) < 5000, "the kill happened during the burst"
     assert list((tmp_path / "spool" / "feedback").glob("*.open")), "the dead gateway left an open segment"
-    process.start()  # the same spool: leftovers are sealed and uploaded at start
-    wanted = set(acknowledged)
-    deadline = time.monotonic() + 60
-    found: set[str] = set()
-    while time.monotonic() < deadline:
-        found = {r["feedback_token"] for r in _log_rows(object_store, LOG_PREFIXES["feedback"], "feedback_token",
-                                                        set(tokens))}
-        if wanted <= found:
-            break
-        time.sleep(1)
-    process.stop()
-    lost = wanted - found
+    found, lost = _restart_and_find(process, object_store, "feedback", "feedback_token", tokens, acknowledged)
     print(f"feedback burst: {len(acknowledged)} acknowledged, {len(found)} in the store, {len(lost)} lost")
     assert not lost
 
@@ -477,18 +484,7 @@ def test_kill9_under_prediction_traffic_loses_no_acknowledged_prediction(
     process.proc.wait(timeout=10)
     assert 300 <= len(acknowledged) < len(ids), "the kill happened under traffic"
     assert list((tmp_path / "spool" / "predictions").glob("*.open")), "the dead gateway left an open segment"
-    process.start()  # the same spool: leftovers are sealed and uploaded at start
-    wanted = set(acknowledged)
-    deadline = time.monotonic() + 60
-    found: set[str] = set()
-    while time.monotonic() < deadline:
-        found = {r["request_id"] for r in _log_rows(object_store, LOG_PREFIXES["predictions"], "request_id",
-                                                    set(ids))}
-        if wanted <= found:
-            break
-        time.sleep(1)
-    process.stop()
-    lost = wanted - found
+    found, lost = _restart_and_find(process, object_store, "predictions", "request_id", ids, acknowledged)
     print(f"prediction traffic: {len(acknowledged)} acknowledged, {len(found)} in the store, {len(lost)} lost")
     assert not lost
 

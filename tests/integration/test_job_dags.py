@@ -15,7 +15,6 @@ import subprocess
 import tempfile
 import time
 import uuid
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -27,7 +26,7 @@ from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
 from tests.support.receiver import NotificationReceiver
-from tests.support.worlds import publish_tables
+from tests.support.worlds import publish_tables, release_champion
 
 pytestmark = pytest.mark.integration
 
@@ -85,34 +84,25 @@ def _wait_logs(store: ObjectStore, prefix: str, min_rows: int, timeout_s: float 
 @pytest.fixture(scope="module")
 def served(stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str) -> dict[str, Any]:
     """A Production version of a fresh model, routed 100% stable through the stack's gateway."""
-    from modelops.example.synthetic import WorldSpec
-    from modelops.example.tracking import log_trained_model
-    from modelops.example.train import TrainSpec, train
     from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.registry.mlflow_registry import MlflowRegistry
-    from modelops.serving.publisher import publish_version
 
-    model = f"jobs_{uuid.uuid4().hex[:6]}"
-    trained = train(TrainSpec(world=replace(WorldSpec(), n_requests=1500), hidden=(16,), max_iter=25))
-    logged = log_trained_model(trained, mlflow_uri, register_name=model, experiment="modelops-tests-jobs")
-    version = str(logged.registered_version)
+    champion = release_champion("jobs", mlflow_uri, "modelops-tests-jobs")
+    model, version = champion.model, champion.version
     registry = MlflowRegistry.from_settings()
-    registry.to_staging(model, version, contract_passed=True, contract_result="passed")
-    published = publish_version(model, version)
-    registry.promote(model, version)
     # Promoted yesterday: today is the version's first full day, so its samples become the baseline.
     yesterday = (datetime.now(UTC) - timedelta(days=1)).isoformat()
     registry.set_tags(model, version, {"modelops.promoted_at": yesterday})
     snapshot = f"base-{uuid.uuid4().hex[:6]}"
     publish_tables(object_store, snapshot, shift=False)
-    routes = Routes(model=model, revision=1, stable=VersionRef(published.triton_version, published.sha256),
+    routes = Routes(model=model, revision=1, stable=VersionRef(champion.triton_version, champion.sha256),
                     canary=None, canary_weight=0.0, updated_at=datetime.now(UTC).isoformat(), updated_by="tests")
     object_store.put_bytes(routes_key(model), serialize_routes(routes))
     # This snapshot, not whichever an earlier test left loaded: the baseline's features come from it.
     _wait_gateway(stack_settings, lambda h: model in h.get("models", []) and h.get("feature_snapshot") == snapshot,
                   f"the routes and the feature snapshot {snapshot}")
-    return {"model": model, "version": version, "triton_version": published.triton_version,
-            "run_id": logged.run_id}
+    return {"model": model, "version": version, "triton_version": champion.triton_version,
+            "run_id": champion.run_id}
 
 
 def test_feedback_join_dag_counts_ctr_and_cvr_from_gateway_logs(

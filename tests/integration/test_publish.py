@@ -275,12 +275,23 @@ def test_variants_fail_or_slow_down_as_declared(
 
     import requests
 
-    metrics = requests.get(stack_settings.triton_metrics_url, timeout=5).text
-    counted = sum(
-        float(m.group(1)) for m in re.finditer(
-            rf'nv_inference_request_failure{{[^}}]*model="{model_name}"[^}}]*version="{faulty.triton_version}"'
-            rf'[^}}]*}} (\S+)', metrics)
-    )
+    def counted_failures() -> float:
+        metrics = requests.get(stack_settings.triton_metrics_url, timeout=5).text
+        return sum(
+            float(m.group(1)) for m in re.finditer(
+                rf'nv_inference_request_failure{{[^}}]*model="{model_name}"[^}}]*version="{faulty.triton_version}"'
+                rf'[^}}]*}} (\S+)', metrics)
+        )
+
+    # Triton records a request's statistics after it has sent the response, so the last failure can
+    # reach the counter a moment after the client saw it: read until it settles (bounded), then compare.
+    import time
+
+    deadline = time.monotonic() + 10.0
+    counted = counted_failures()
+    while counted < failures and time.monotonic() < deadline:
+        time.sleep(0.1)
+        counted = counted_failures()
     assert counted == failures
     good_failures, good_latency = _infer_outcomes(client, model_name, good.triton_version, 15)
     slow_failures, slow_latency = _infer_outcomes(client, model_name, slow.triton_version, 15)
