@@ -78,3 +78,37 @@ def test_thin_traffic_still_pauses_with_the_default_spec() -> None:
     # 1 req/s at 25 %: ~15 canary requests per 60 s window, below min_requests: pause, never decide.
     phase = _release(np.random.default_rng(7), 1.0, canary_error=0.05, stable_error=0.0)
     assert phase is Phase.PAUSED
+
+
+def _sprt_outcomes(spec: CanarySpec, canary_error: float, seed: int, trials: int = 4000) -> dict[str, int]:
+    """Decisions of the sequential error test alone, over windows of 40 canary requests (stable error-free)."""
+    from modelops.canary.sequential import ErrorEvidence, sprt
+
+    rng = np.random.default_rng(seed)
+    counts = {"good": 0, "bad": 0, "pending": 0}
+    for _ in range(trials):
+        evidence = ErrorEvidence()
+        decision = "pending"
+        for _window_k in range(400):
+            errors = int(rng.binomial(40, canary_error))
+            evidence = ErrorEvidence(evidence.canary_requests + 40, evidence.canary_errors + errors,
+                                     evidence.stable_requests + 40, 0.0)
+            decision = sprt(spec, evidence).decision
+            if decision != "pending":
+                break
+        counts[decision] += 1
+    return counts
+
+
+def test_each_sequential_bound_keeps_its_own_rate_when_the_two_rates_differ() -> None:
+    # p0 = 1 % (the floor), p1 = 5 % (the limit). A spec strict on promotion and lax on rollback must
+    # promote almost no bad canary; one strict on rollback and lax on promotion must roll back almost no
+    # good one. (Swapped bounds would invert both: a bad canary promoted ~20 % of the time.)
+    strict_promotion = CanarySpec(steps=(0.25, 0.5, 1.0), false_promotion_rate=0.001, false_rollback_rate=0.2)
+    bad = _sprt_outcomes(strict_promotion, canary_error=0.05, seed=1)
+    assert bad["good"] / sum(bad.values()) <= 0.001 + 0.0015, bad  # Wald's bound plus sampling noise (4000 trials)
+    strict_rollback = CanarySpec(steps=(0.25, 0.5, 1.0), false_promotion_rate=0.2, false_rollback_rate=0.001)
+    good = _sprt_outcomes(strict_rollback, canary_error=0.01, seed=2)
+    assert good["bad"] / sum(good.values()) <= 0.001 + 0.0015, good
+    # Every simulated release reaches a decision within its 400 windows.
+    assert bad["pending"] == good["pending"] == 0, (bad, good)

@@ -11,9 +11,11 @@ probability ratio test (SPRT) over every window analysed at that step so far:
   error_rate_limit)``;
 * log-likelihood ratio of the canary's ``e`` errors in ``n`` requests,
   ``e·ln(p1/p0) + (n − e)·ln((1 − p1)/(1 − p0))``;
-* at or above ``ln((1 − false_rollback_rate)/false_promotion_rate)`` the canary is bad
-  (failed: roll back), at or below ``ln(false_rollback_rate/(1 − false_promotion_rate))``
-  it is good (passed), in between the step waits for more traffic (pending).
+* at or above ``ln((1 − false_promotion_rate)/false_rollback_rate)`` the canary is bad
+  (failed: roll back), at or below ``ln(false_promotion_rate/(1 − false_rollback_rate))``
+  it is good (passed), in between the step waits for more traffic (pending). (H0 is "the
+  canary fails ``p0``": rejecting a true H0 is a false rollback, Wald's α; accepting a
+  false one is a false promotion, his β.)
 
 Wald's bounds keep the chance of passing a canary failing ``p1`` of its requests at most
 ``false_promotion_rate`` and of failing one at ``p0`` at most ``false_rollback_rate``, at
@@ -89,7 +91,8 @@ def rates(spec: CanarySpec, evidence: ErrorEvidence) -> tuple[float, float]:
 
 def bounds(spec: CanarySpec) -> tuple[float, float]:
     """(accept_at, reject_at) on the log-likelihood ratio (Wald's approximations)."""
-    alpha, beta = spec.false_promotion_rate, spec.false_rollback_rate
+    alpha = spec.false_rollback_rate  # P(say bad | the canary fails p0): Wald's type I error
+    beta = spec.false_promotion_rate  # P(say good | the canary fails p1): his type II error
     return math.log(beta / (1.0 - alpha)), math.log((1.0 - beta) / alpha)
 
 
