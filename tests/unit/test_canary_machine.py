@@ -134,6 +134,12 @@ def play(script: Sequence[object], spec: CanarySpec = SPEC, t0: float = 1000.0) 
      ["started", "approval_needed", "paused", "resumed"]),
     ("resume after incident", [INCIDENT, ResumeCommand(), GOOD], SPEC, Phase.PROGRESSING, 0.05, [0.01, 0.05],
      ["started", "incident", "resumed"]),
+    ("an incident that clears resumes by itself", [GOOD, INCIDENT, INCIDENT, GOOD, GOOD], SPEC, Phase.PROGRESSING,
+     0.25, [0.01, 0.05, 0.25], ["started", "incident", "resumed"]),
+    ("paused during an incident stays paused", [INCIDENT, PauseCommand("ann"), GOOD, GOOD], SPEC, Phase.PAUSED,
+     0.01, [0.01], ["started", "incident"]),
+    ("a person's pause is not resumed by a good window", [PauseCommand("ann"), GOOD, GOOD], SPEC, Phase.PAUSED,
+     0.01, [0.01], ["started", "paused"]),
     ("stray commands are ignored", [ResumeCommand(), RollbackApplied(1.0), PromotionApplied(1.0), GOOD], SPEC,
      Phase.PROGRESSING, 0.05, [0.01, 0.05], ["started"]),
 ])
@@ -221,6 +227,14 @@ def test_incident_does_not_count_against_the_canary() -> None:
     run = play([INCIDENT])
     assert run.final.failed_checks == 0
     assert "not the canary's fault" in run.final.reason
+
+
+def test_the_window_that_clears_an_incident_is_not_counted() -> None:
+    run = play([INCIDENT, INCIDENT, GOOD])
+    assert run.final.phase is Phase.PROGRESSING and run.final.reason == "resumed: the incident cleared"
+    assert (run.final.analyses, run.final.passed_at_step, run.final.failed_checks) == (1, 0, 0)
+    assert run.final.last_window_end == 1030.0  # consumed: a replay after a restart does not resume twice
+    assert play([INCIDENT, UNREACHABLE]).final.phase is Phase.PAUSED  # no evidence the incident cleared
 
 
 def test_baseline_taken_from_the_first_healthy_stable_window() -> None:

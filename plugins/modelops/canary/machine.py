@@ -23,7 +23,10 @@ Decisions in detail:
 * An inconclusive analysis (thin traffic, NaN, an unreachable target) neither advances
   nor fails; ``inconclusive_limit`` of them in a row pause the release and alert.
 * An incident (the stable version degrading too) pauses and alerts at once; nothing is
-  counted against the canary.
+  counted against the canary. The windows are still analysed while it lasts: the first one
+  without an incident (a crashed Triton is serving again) resumes the release by itself
+  (notified; that window is not counted), so an outage of the serving layer neither blocks
+  a release nor decides it. A pause command meanwhile keeps it paused until resumed.
 * Notifications are sent once per event (start, approval needed, pause, incident,
   resume, promotion, rollback, abort), never once per interval.
 * A measurement whose window ends at or before the last one consumed is ignored, so a
@@ -63,6 +66,7 @@ from modelops.canary.status import CanaryStatus, Phase, Transition
 Outcome = tuple[CanaryStatus, tuple[Action, ...]]
 
 _ANALYSING = {Phase.PROGRESSING, Phase.WAITING_APPROVAL}
+_INCIDENT = "incident, not the canary's fault: "
 
 
 def _to(status: CanaryStatus, phase: Phase, now: float, reason: str, **changes: Any) -> CanaryStatus:
@@ -112,20 +116,16 @@ def advance(spec: CanarySpec, status: CanaryStatus, event: Event, now: float) ->
     if isinstance(event, AbortCommand):
         return _abort(status, event, now)
     if isinstance(event, PauseCommand):
+        reason = f"paused by {event.by}" + (f": {event.reason}" if event.reason else "")
+        if status.phase is Phase.PAUSED and status.reason.startswith(_INCIDENT):  # hold it after the incident
+            return _to(status, Phase.PAUSED, now, reason), ()
         if status.phase not in _ANALYSING:
             return status, ()
-        reason = f"paused by {event.by}" + (f": {event.reason}" if event.reason else "")
         return _pause(status, now, reason, "paused")
     if isinstance(event, ResumeCommand):
         if status.phase is not Phase.PAUSED:
             return status, ()
-        target = status.paused_from or Phase.PROGRESSING
-        resumed = _to(status, target, now, f"resumed by {event.by}", paused_from=None, inconclusive_count=0)
-        note = _notify(resumed, "resumed", f"canary release of {status.model} resumed by {event.by}")
-        if target is Phase.WAITING_APPROVAL and status.approved:  # approved while paused
-            promoting, actions = _promote(spec, resumed, now, "approved while paused")
-            return promoting, (note, *actions)
-        return resumed, (note,)
+        return _resume(spec, status, now, f"resumed by {event.by}")
     if isinstance(event, ApproveCommand):
         return _approve(spec, status, event, now)
     if isinstance(event, RollbackApplied):
@@ -140,6 +140,27 @@ def advance(spec: CanarySpec, status: CanaryStatus, event: Event, now: float) ->
     raise TypeError(f"advance: unknown event {event!r}")  # pragma: no cover - the union is closed
 
 
+def _resume(spec: CanarySpec, status: CanaryStatus, now: float, reason: str) -> Outcome:
+    target = status.paused_from or Phase.PROGRESSING
+    resumed = _to(status, target, now, reason, paused_from=None, inconclusive_count=0)
+    note = _notify(resumed, "resumed", f"canary release of {status.model} {reason}")
+    if target is Phase.WAITING_APPROVAL and status.approved:  # approved while paused
+        promoting, actions = _promote(spec, resumed, now, "approved while paused")
+        return promoting, (note, *actions)
+    return resumed, (note,)
+
+
+def _incident_cleared(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float) -> Outcome:
+    """Paused by an incident: a window without one resumes the release (the window itself is not counted)."""
+    if status.last_window_end is not None and m.window_end <= status.last_window_end:
+        return status, ()
+    analysis = evaluate(spec, m, status.baseline, status.error_evidence)
+    status = dataclasses.replace(status, last_window_end=m.window_end, updated_at=now)
+    if analysis.incident or m.unreachable:
+        return status, ()
+    return _resume(spec, status, now, "resumed: the incident cleared")
+
+
 def _pause(status: CanaryStatus, now: float, reason: str, kind: str) -> Outcome:
     paused = _to(status, Phase.PAUSED, now, reason, paused_from=status.phase)
     return paused, (Pause(reason), _notify(paused, kind, f"canary release of {status.model} paused: {reason}",
@@ -147,6 +168,8 @@ def _pause(status: CanaryStatus, now: float, reason: str, kind: str) -> Outcome:
 
 
 def _measure(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float) -> Outcome:
+    if status.phase is Phase.PAUSED and status.reason.startswith(_INCIDENT):
+        return _incident_cleared(spec, status, m, now)
     if status.phase not in _ANALYSING:
         return status, ()
     if status.last_window_end is not None and m.window_end <= status.last_window_end:
@@ -158,7 +181,7 @@ def _measure(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float)
                                  baseline=status.baseline or baseline_of(spec, m))
     if analysis.incident:
         return _pause(dataclasses.replace(status, inconclusive_count=0), now,
-                      f"incident, not the canary's fault: {analysis.incident}", "incident")
+                      f"{_INCIDENT}{analysis.incident}", "incident")
     if analysis.verdict is Verdict.INCONCLUSIVE:
         status = dataclasses.replace(status, inconclusive_count=status.inconclusive_count + 1)
         if status.inconclusive_count >= spec.inconclusive_limit:
