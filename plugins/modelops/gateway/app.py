@@ -35,6 +35,7 @@ from modelops.config import Settings, settings
 from modelops.errors import ContractError, ModelopsError, ObjectStoreError
 from modelops.features import feature_names, load_features
 from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
+from modelops.gateway.delay import LoopLag, TritonDelays, TritonShare, origin, parse_stats, server_timing, split
 from modelops.gateway.eventlog import EventLogs, SpoolConfig, feedback_record, prediction_record, scored_record
 from modelops.gateway.inference import TritonFailed, TritonHTTP, TritonUnavailable
 from modelops.gateway.metrics import CollapseWatch, Labels, Registry, ScoreWindow, route_weights
@@ -89,6 +90,8 @@ class GatewayOptions:
     segment_max_age_s: float = 10.0
     spool_budget_bytes: int = 1024 * 1024 * 1024
     spool_dir: str = ""  # empty: <MODELOPS_HOME>/gateway/spool
+    triton_stats_poll_s: float = 1.0  # Triton's per-version statistics, for the delay origin's queue/compute split
+    drill_feature_delay_ms: float = 0.0  # fault drill: added to every feature lookup (tests of X-Delay-Origin)
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -118,15 +121,20 @@ class _Timing:
     started: float = field(default_factory=time.perf_counter)
     features_s: float = 0.0
     inference_s: float = 0.0
+    share: TritonShare | None = None  # Triton's recent per-request queue/compute means of the called version
+    loop_lag_s: float = 0.0  # the event loop's lag when the Triton call ended
+    calls_ahead: int = 0  # calls to the same version in flight when this one started
 
     def total_s(self) -> float:
         return time.perf_counter() - self.started
 
-    def delay_origin(self) -> str:
-        total = self.total_s()
-        parts = {"gateway": total - self.features_s - self.inference_s, "feature_lookup": self.features_s,
-                 "triton": self.inference_s}
-        return max(parts, key=lambda k: parts[k])
+    def parts(self) -> dict[str, float]:
+        """Seconds per delay origin so far (modelops.gateway.delay.split)."""
+        return split(self.total_s(), self.features_s, self.inference_s, self.share, self.loop_lag_s,
+                     self.calls_ahead)
+
+    def headers(self, parts: dict[str, float]) -> list[tuple[bytes, bytes]]:
+        return [(b"x-delay-origin", origin(parts).encode()), (b"server-timing", server_timing(parts).encode())]
 
 
 class Gateway:
@@ -152,6 +160,10 @@ class Gateway:
         self.openapi = _JSON_ENCODE(build_openapi(self.contract.schema, max_body_bytes=options.max_body_bytes))
         self.started_at = datetime.now(UTC).isoformat()
         self.windows: dict[tuple[str, int], ScoreWindow] = {}
+        self.triton_delays = TritonDelays()
+        self.triton_called: dict[tuple[str, int], float] = {}  # (model, version) -> last call (monotonic)
+        self.loop_lag = LoopLag()
+        self.triton_in_flight: dict[tuple[str, int], int] = {}
         self.watch = CollapseWatch(options.collapse_threshold, options.collapse_hold_s, options.collapse_min_scores)
         self._tasks: list[asyncio.Task[None]] = []
         self._init_metrics()
@@ -166,6 +178,11 @@ class Gateway:
                                   "(contract, upstream, timeout, unavailable).")
         self.m_latency = r.histogram("modelops_gateway_request_duration_seconds",
                                      "Prediction latency inside the gateway by model and version.")
+        self.m_latency_origin = r.histogram("modelops_gateway_request_duration_by_origin_seconds",
+                                            "Prediction latency by model and delay origin (the part with the "
+                                            "most time: gateway, feature_lookup, triton_queue, triton_compute).")
+        self.m_delay = r.histogram("modelops_gateway_delay_seconds",
+                                   "Time of each prediction spent in each delay origin, by model and origin.")
         self.m_feedback = r.counter("modelops_gateway_feedback_events_total",
                                     "Accepted feedback events by model, version and action.")
         self.m_feedback_rejected = r.counter("modelops_gateway_feedback_rejected_total",
@@ -213,6 +230,8 @@ class Gateway:
             loop.create_task(self._every(self.options.routes_poll_s, self._poll_routes_once), name="routes"),
             loop.create_task(self._every(self.options.features_poll_s, self.features.refresh), name="features"),
             loop.create_task(self._watch_loop(), name="collapse-watch"),
+            loop.create_task(self._triton_stats_loop(), name="triton-stats"),
+            loop.create_task(self._loop_lag_probe(), name="loop-lag"),
         ]
 
     async def shutdown(self) -> None:
@@ -269,6 +288,32 @@ class Gateway:
         for model, routes in updated.items():
             self.m_routes_revision.set((("model", model),), float(routes.revision))
         self.m_route_weight.values = route_weights(updated.values())  # one assignment, like the table
+
+    async def _loop_lag_probe(self, interval_s: float = 0.02) -> None:
+        """How late a fixed sleep wakes up: the loop's lag, the gateway's part of a late Triton answer."""
+        while True:
+            asked = time.perf_counter()
+            await asyncio.sleep(interval_s)
+            now = time.perf_counter()
+            self.loop_lag.add(now, now - asked - interval_s)
+
+    async def _triton_stats_loop(self) -> None:
+        """Reads Triton's statistics of each version called in the last minute (the delay origin's split)."""
+        while True:
+            await asyncio.sleep(self.options.triton_stats_poll_s)
+            now = time.monotonic()
+            for (model, version), last in list(self.triton_called.items()):
+                if now - last > 60.0:
+                    del self.triton_called[(model, version)]
+                    self.triton_delays.forget(model, version)
+                    continue
+                try:
+                    reading = parse_stats(await self.triton.version_stats(model, version), version)
+                except (ModelopsError, ValueError) as exc:
+                    log.debug("Triton statistics of %s v%d unreadable: %s", model, version, exc)
+                    continue
+                if reading is not None:
+                    self.triton_delays.observe(model, version, reading)
 
     async def _watch_loop(self) -> None:
         from modelops.notify.apprise_notifier import AppriseNotifier
@@ -422,6 +467,14 @@ class Gateway:
     async def _predict(self, path: str, headers: dict[str, str], request_id: str, receive: Receive,
                        send: Send) -> None:
         timing = _Timing()
+        try:
+            await self._route(path, headers, request_id, receive, send, timing)
+        except HTTPError as exc:  # every predict answer says where its time went, errors too
+            exc.headers.extend(timing.headers(timing.parts()))
+            raise
+
+    async def _route(self, path: str, headers: dict[str, str], request_id: str, receive: Receive, send: Send,
+                     timing: _Timing) -> None:
         match = _PREDICT.match(path)
         model = match.group(1) if match else ""
         routes = self.routes.get(model)
@@ -460,14 +513,22 @@ class Gateway:
         except SpoolFull as exc:
             self.m_errors.inc((*labels, ("class", "unavailable")))
             raise self._unavailable("spool_full", str(exc)) from exc
+        started = time.perf_counter()
         try:
-            started = time.perf_counter()
+            if self.options.drill_feature_delay_ms > 0:
+                await asyncio.sleep(self.options.drill_feature_delay_ms / 1000.0)
             features = self.features.matrix(user_id, item_ids)
-            timing.features_s = time.perf_counter() - started
         except FeaturesUnavailable as exc:
             self.m_errors.inc((*labels, ("class", "unavailable")))
             raise self._unavailable("features_unavailable", str(exc)) from exc
+        finally:
+            timing.features_s = time.perf_counter() - started
         remaining = deadline_s - timing.total_s()
+        called = (model, version.version)
+        self.triton_called[called] = time.monotonic()
+        timing.share = self.triton_delays.share(*called)
+        timing.calls_ahead = self.triton_in_flight.get(called, 0)
+        self.triton_in_flight[called] = timing.calls_ahead + 1
         started = time.perf_counter()
         try:
             if remaining <= 0:
@@ -484,7 +545,11 @@ class Gateway:
         except TritonFailed as exc:
             self.m_errors.inc((*labels, ("class", "upstream")))
             raise _error(502, "triton_failed", str(exc)) from exc
-        timing.inference_s = time.perf_counter() - started
+        finally:
+            ended = time.perf_counter()
+            timing.inference_s = ended - started
+            timing.loop_lag_s = self.loop_lag.current(ended)
+            self.triton_in_flight[called] -= 1
         now = time.time()
         token = issue_token(self.secret, TokenClaims(request_id, model, version.version, version.sha256[:12], now))
         variant = "canary" if routes.canary is not None and version == routes.canary else "stable"
@@ -497,14 +562,15 @@ class Gateway:
         total, squares, peak = float(scores64.sum()), float(np.dot(scores64, scores64)), float(scores64.max())
         mean = total / n
         std = math.sqrt(max(0.0, squares / n - mean * mean))  # numpy's mean/std cost ~50 us more
-        origin = timing.delay_origin()
+        logged = timing.parts()  # the record's latency and origin are those up to its log write
         # A 200 means the request's records are on disk: each log's batch (shared by every request of
         # the same group commit) is written and fsynced before the answer, so kill -9 loses no prediction
         # that was acknowledged, and its feedback token always finds its prediction in the join.
         writes = [self.logs.committers["predictions"].append(prediction_record(
             request_id=request_id, feedback_token=token, ts=now, model=model, model_version=version.version,
             model_sha256=version.sha256, user_hash=user_hash(user_id), n_items=n, score_mean=mean,
-            score_max=peak, score_std=std, latency_ms=timing.total_s() * 1000.0, delay_origin=origin))]
+            score_max=peak, score_std=std, latency_ms=sum(logged.values()) * 1000.0,
+            delay_origin=origin(logged)))]
         if self.cfg.sample_share >= 1.0 or _sampled(request_id, self.cfg.sample_share):
             writes.append(self.logs.committers["scored_samples"].append(scored_record(
                 request_id=request_id, ts=now, model=model, model_version=version.version, scores=scores,
@@ -514,13 +580,19 @@ class Gateway:
         except SpoolFull as exc:
             self.m_errors.inc((*labels, ("class", "unavailable")))
             raise self._unavailable("spool_full", str(exc)) from exc
+        parts = timing.parts()
         await _respond(send, 200, body, request_id, [
             (b"x-model-version", version.label.encode()),
             (b"x-inference-latency", f"{inference_ms:.3f}".encode()),
+            *timing.headers(parts),
         ])
         total_s = timing.total_s()
         self.m_requests.inc((*labels, ("code", "200")))
         self.m_latency.observe(labels, total_s)
+        delay_origin = origin(parts)
+        self.m_latency_origin.observe((("model", model), ("origin", delay_origin)), total_s)
+        for name, seconds in parts.items():
+            self.m_delay.observe((("model", model), ("origin", name)), seconds)
         window = self.windows.get((model, version.version))
         if window is None:
             window = self.windows[(model, version.version)] = ScoreWindow(self.options.score_window_s)
@@ -528,7 +600,9 @@ class Gateway:
         self._access(request_id, "POST", path, 200, model=model, version=version.version,
                      model_id=version.label, variant=variant, inference_time_ms=round(inference_ms, 3),
                      feature_lookup_ms=round(timing.features_s * 1000, 3), latency_ms=round(total_s * 1000, 3),
-                     input_size_bytes=size, n_items=n, delay_origin=origin)
+                     input_size_bytes=size, n_items=n, delay_origin=delay_origin,
+                     triton_queue_ms=round(parts["triton_queue"] * 1000, 3),
+                     triton_compute_ms=round(parts["triton_compute"] * 1000, 3))
 
     async def _feedback(self, headers: dict[str, str], request_id: str, receive: Receive, send: Send) -> None:
         try:

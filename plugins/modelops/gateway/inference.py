@@ -121,6 +121,30 @@ class TritonHTTP:
         status, headers, body = await self._exchange(request)
         return _parse_scores(status, headers, body, model, version, data.shape[0])
 
+    async def version_stats(self, model: str, version: int) -> dict[str, Any]:
+        """Triton's statistics extension for one version (``GET /v2/models/{m}/versions/{v}/stats``).
+
+        Raises:
+            TritonUnavailable: unreachable, or the version is not loaded.
+            TritonFailed: Triton refused the request or answered something unreadable.
+        """
+        request = (f"GET /v2/models/{model}/versions/{version}/stats HTTP/1.1\r\n"
+                   f"Host: {self.host}:{self.port}\r\nContent-Length: 0\r\n\r\n").encode()
+        status, _headers, body = await self._exchange(request)
+        where = f"Triton {model} v{version} statistics"
+        if status != 200:
+            message = body[:300].decode("utf-8", "replace")
+            if any(hint in message.lower() for hint in _UNAVAILABLE_HINTS):
+                raise TritonUnavailable(f"{where}: {message}")
+            raise TritonFailed(f"{where}: HTTP {status}: {message}")
+        try:
+            document = json.loads(body)
+        except ValueError as exc:
+            raise TritonFailed(f"{where}: malformed answer ({exc})") from exc
+        if not isinstance(document, dict):
+            raise TritonFailed(f"{where}: malformed answer (not an object)")
+        return document
+
     async def _exchange(self, request: bytes) -> tuple[int, dict[str, str], bytes]:
         for _attempt in range(2):
             conn = self._acquire_idle() or await self._connect()
