@@ -27,12 +27,12 @@ from modelops.gateway.spool import (
     GroupCommitter,
     SegmentWriter,
     SpoolFull,
-    Uploader,
     encode_frame,
     read_frames,
     recover_orphans,
     spool_usage,
 )
+from modelops.gateway.upload import Uploader
 from modelops.records import FEEDBACK, PREDICTIONS, scored_samples_schema
 
 T0 = datetime(2026, 11, 29, 21, 59, 58, tzinfo=UTC).timestamp()
@@ -273,3 +273,22 @@ def test_a_torn_segment_uploads_its_records_even_when_the_local_quarantine_canno
     tokens = sorted(t for v in parquet for t in pq.read_table(io.BytesIO(v)).column("feedback_token").to_pylist())
     assert tokens == ["tok-0", "tok-1", "tok-2", "tok-3"]
     assert uploader.stats.quarantined == 1
+
+
+def test_a_segment_the_converter_refuses_is_set_aside_and_later_segments_still_upload(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "feedback"
+    writer = SegmentWriter(spool_dir)
+    writer.write(encode_frame(["an", "older", "record", "format"]))
+    first = writer.seal()
+    writer.write(b"".join(encode_frame(_feedback(k)) for k in range(3)))
+    second = writer.seal()
+    assert first is not None and second is not None and first < second
+    store = MemoryStore()
+    uploader = Uploader(spool_dir, "logs/feedback", store, convert_feedback)
+    assert uploader.run_once() == 1
+    assert not first.exists() and not second.exists()
+    assert (tmp_path / "quarantine" / first.name).read_bytes() == encode_frame(["an", "older", "record", "format"])
+    assert uploader.stats.quarantined == 1
+    parquet = [v for k, v in store.objects.items() if k.endswith(".parquet")]
+    tokens = sorted(t for v in parquet for t in pq.read_table(io.BytesIO(v)).column("feedback_token").to_pylist())
+    assert tokens == ["tok-0", "tok-1", "tok-2"]

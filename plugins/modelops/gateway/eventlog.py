@@ -30,15 +30,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from modelops.errors import ModelopsError
-from modelops.gateway.spool import (
-    BlobStore,
-    GroupCommitter,
-    SegmentConverter,
-    SegmentWriter,
-    Uploader,
-    iter_hours,
-    spool_usage,
-)
+from modelops.gateway.spool import GroupCommitter, SegmentWriter, spool_usage
+from modelops.gateway.upload import BlobStore, SegmentConverter, Uploader, iter_hours
 from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS, scored_samples_schema
 
 log = logging.getLogger(__name__)
@@ -216,6 +209,10 @@ class EventLogs:
                 self.upload_failures += 1
                 backoff = min(self.config.max_backoff_s, backoff * 2)
                 log.warning("event log upload failed (retry in %.0f s): %s", backoff, exc)
+            except Exception:  # a defect must not end the loop: the spool would fill and every write get 503
+                self.upload_failures += 1
+                backoff = min(self.config.max_backoff_s, backoff * 2)
+                log.exception("event log upload pass failed unexpectedly (retry in %.0f s)", backoff)
             else:
                 self.store_ok = True
                 backoff = self.config.upload_interval_s

@@ -10,7 +10,7 @@ so a torn tail after a crash is detected and cut, never misread.
   so concurrent requests share one fsync and an acknowledged record survives kill -9.
 * **Rotation.** A segment is sealed (``.open`` renamed to ``.seg``) when it reaches a
   size or an age; the writer holds an exclusive ``flock`` on its open segment.
-* **Upload.** :class:`Uploader` converts a sealed segment to one Parquet file per
+* **Upload.** :class:`modelops.gateway.upload.Uploader` converts a sealed segment to one Parquet file per
   ``dt=YYYY-MM-DD/hour=HH`` partition, uploads it under a name derived from the
   segment (a retry overwrites, never duplicates), re-reads it to verify, and only then
   deletes the segment.
@@ -29,19 +29,17 @@ import logging
 import os
 import socket
 import struct
-import threading
 import time
 import zlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import msgspec
 
-from modelops.errors import ModelopsError, ObjectStoreError
+from modelops.errors import ModelopsError
 
 log = logging.getLogger(__name__)
 
@@ -55,14 +53,6 @@ _DECODE = msgspec.msgpack.Decoder().decode
 
 class SpoolFull(ModelopsError):
     """The spool reached its disk budget (the object store is probably down): refuse new writes."""
-
-
-class BlobStore(Protocol):
-    """The two object-store operations the uploader needs (``modelops.objectstore.ObjectStore``)."""
-
-    def put_bytes(self, key: str, data: bytes, *, content_type: str = ...) -> str: ...
-
-    def get_bytes(self, key: str) -> bytes: ...
 
 
 # --------------------------------------------------------------------------- frames
@@ -100,7 +90,7 @@ def read_frames(data: bytes) -> tuple[list[list[Any]], int]:
 # --------------------------------------------------------------------------- segments
 
 
-def _fsync_dir(directory: Path) -> None:
+def fsync_dir(directory: Path) -> None:
     fd = os.open(directory, os.O_RDONLY)
     try:
         os.fsync(fd)
@@ -146,7 +136,7 @@ class SegmentWriter:
         fd = os.open(fresh, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         os.rename(fresh, path)
-        _fsync_dir(self.directory)
+        fsync_dir(self.directory)
         self._fd, self._path, self._size, self._opened_at = fd, path, 0, self.clock()
 
     def write(self, frames: bytes) -> None:
@@ -167,8 +157,13 @@ class SegmentWriter:
             # segment back to its last acknowledged frame, so the refused batch leaves no torn bytes
             # that later batches would follow (the reader stops at the first bad frame). Shrinking
             # never needs space.
-            with contextlib.suppress(OSError):
+            try:
                 os.ftruncate(self._fd, self._size)
+            except OSError:
+                # Cannot cut: seal the segment as it is (the reader stops at the torn bytes, after every
+                # acknowledged frame) so that no later batch lands behind them.
+                with contextlib.suppress(OSError):
+                    self.seal()
             raise
         self._size += len(frames)
 
@@ -187,12 +182,14 @@ class SegmentWriter:
         path, fd, size = self._path, self._fd, self._size
         self._fd, self._path, self._size = -1, None, 0
         sealed = path.with_suffix(SEALED_SUFFIX) if size else None
-        if sealed is not None:
-            os.rename(path, sealed)
-        else:
-            os.unlink(path)
-        _fsync_dir(self.directory)
-        os.close(fd)  # releases the flock only after the rename is durable
+        try:
+            if sealed is not None:
+                os.rename(path, sealed)
+            else:
+                os.unlink(path)
+            fsync_dir(self.directory)
+        finally:
+            os.close(fd)  # releases the flock only after the rename is durable (or failed: never leak it)
         return sealed
 
 
@@ -228,7 +225,7 @@ def recover_orphans(directory: Path) -> list[Path]:
                 target = path.with_suffix(SEALED_SUFFIX)
                 os.rename(path, target)
                 sealed.append(target)
-            _fsync_dir(directory)
+            fsync_dir(directory)
         finally:
             os.close(fd)
     return sealed
@@ -355,125 +352,3 @@ class GroupCommitter:
                 waiter.set_result(None)
         await loop.run_in_executor(self._executor, self.writer.seal)
         self._executor.shutdown(wait=True)
-
-
-# --------------------------------------------------------------------------- upload
-
-
-SegmentConverter = Callable[[list[list[Any]]], dict[datetime, bytes]]
-"""Records of one segment -> Parquet bytes per partition hour (a UTC datetime truncated to the hour)."""
-
-
-@dataclass
-class UploadStats:
-    uploaded_segments: int = 0
-    uploaded_records: int = 0
-    failures: int = 0
-    quarantined: int = 0
-    last_error: str = ""
-
-
-@dataclass
-class Uploader:
-    """Uploads sealed segments of one log kind, oldest first; deletes each only after verifying it.
-
-    Args:
-        directory: the kind's spool directory.
-        prefix: the log's key prefix (``LOG_PREFIXES[kind]``).
-        store: the object store.
-        convert: records -> Parquet bytes per partition hour.
-    """
-
-    directory: Path
-    prefix: str
-    store: BlobStore
-    convert: SegmentConverter
-    stats: UploadStats = field(default_factory=UploadStats)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-
-    def pending(self) -> list[Path]:
-        return sorted(self.directory.glob(f"*{SEALED_SUFFIX}"))
-
-    def key_for(self, segment: Path, hour: datetime) -> str:
-        return f"{self.prefix.rstrip('/')}/dt={hour:%Y-%m-%d}/hour={hour:%H}/{segment.stem}.parquet"
-
-    def run_once(self) -> int:
-        """Recover orphans, then upload every sealed segment; returns how many were uploaded.
-
-        Raises:
-            ObjectStoreError: the store failed (the segment stays for the next try).
-        """
-        with self._lock:
-            recover_orphans(self.directory)
-            done = 0
-            for segment in self.pending():
-                if self._upload(segment):
-                    done += 1
-            return done
-
-    def _upload(self, segment: Path) -> bool:
-        try:
-            fd = os.open(segment, os.O_RDONLY)
-        except FileNotFoundError:
-            return False  # another worker uploaded it
-        try:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                return False  # another worker is uploading it
-            if not segment.exists():
-                return False
-            data = Path(segment).read_bytes()
-            records, used = read_frames(data)
-            if used != len(data):
-                self._quarantine(segment, data)
-            for hour, parquet in sorted(self.convert(records).items()):
-                key = self.key_for(segment, hour)
-                self.store.put_bytes(key, parquet, content_type="application/vnd.apache.parquet")
-                stored = self.store.get_bytes(key)
-                if stored != parquet:
-                    raise ObjectStoreError(f"verify of {key} failed: stored {len(stored)} bytes, "
-                                           f"uploaded {len(parquet)}")
-            segment.unlink()
-            _fsync_dir(self.directory)
-            self.stats.uploaded_segments += 1
-            self.stats.uploaded_records += len(records)
-            return True
-        finally:
-            os.close(fd)
-
-    def _quarantine(self, segment: Path, data: bytes) -> None:
-        """Keep a copy of a segment with unreadable trailing bytes for people to inspect.
-
-        The copy goes next to the spool; when that disk is full (the usual reason for a torn
-        tail) it goes to the object store under ``<prefix>/_quarantine/`` instead, so the
-        readable records are still uploaded and the spool can drain.
-
-        Raises:
-            ObjectStoreError: neither copy could be kept (the segment stays for the next try).
-        """
-        self.stats.quarantined += 1
-        unreadable = len(data) - read_frames(data)[1]
-        target = self.directory.parent / "quarantine" / segment.name
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(data)
-        except OSError as exc:
-            with contextlib.suppress(OSError):
-                target.unlink()  # a partial local copy is worse than none
-            key = f"{self.prefix.rstrip('/')}/_quarantine/{segment.name}"
-            self.store.put_bytes(key, data, content_type="application/octet-stream")
-            log.warning("spool segment %s has %d unreadable trailing bytes; no local copy (%s), kept at %s",
-                        segment, unreadable, exc, key)
-            return
-        log.warning("spool segment %s has %d unreadable trailing bytes; copy kept at %s",
-                    segment, unreadable, target)
-
-
-def iter_hours(timestamps_us: Sequence[int]) -> Iterator[tuple[datetime, list[int]]]:
-    """Group record indexes by the UTC hour of their microsecond timestamps."""
-    groups: dict[int, list[int]] = {}
-    for index, ts in enumerate(timestamps_us):
-        groups.setdefault(int(ts) // 3_600_000_000, []).append(index)
-    for hour, indexes in sorted(groups.items()):
-        yield datetime.fromtimestamp(hour * 3600, tz=UTC), indexes
