@@ -161,12 +161,17 @@ def staging_versions_to_release(models: list[str] | None = None) -> list[dict[st
     names = models or registry.model_names()
     confs = []
     for name in names:
-        for info in registry.versions(name, stage="Staging"):
-            if info.tags.get(TAG["release_run_id"]) or TAG["contract_passed"] in info.tags:
-                continue
+        unclaimed = [info for info in registry.versions(name, stage="Staging")
+                     if not info.tags.get(TAG["release_run_id"]) and TAG["contract_passed"] not in info.tags]
+        if not unclaimed:
+            continue
+        # Read before claiming: a registry error after a claim would leave the version claimed by a
+        # release that never starts (later watcher runs skip claimed versions).
+        options = release_options(registry.model_tags(name))
+        for info in unclaimed:
             claim_id = f"staging-watch:{name}:{info.version}"
             if registry.claim_release(name, info.version, released_by="staging-watcher", release_run_id=claim_id):
-                confs.append({**release_options(registry.model_tags(name)), "model": name, "version": info.version,
+                confs.append({**options, "model": name, "version": info.version,
                               "started_by": "staging-watcher", "claim_id": claim_id})
     return confs
 
