@@ -7,6 +7,7 @@ import stat
 from pathlib import Path
 
 from modelops.config import load_settings
+from modelops.secretfiles import generated_secret, write_private
 from modelops.stack import services
 
 
@@ -33,6 +34,23 @@ def test_write_private_replaces_a_leftover_temporary_file_with_its_old_mode(tmp_
     leftover = tmp_path / "token.tmp"
     leftover.write_text("old")
     leftover.chmod(0o666)
-    services.write_private(target, "new")
+    write_private(target, "new")
     assert target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o600
     assert not leftover.exists()
+
+
+def test_a_generated_secret_is_never_readable_by_others_even_under_umask_0(tmp_path: Path) -> None:
+    import os
+
+    from modelops.stack.seaweedfs import identities_file, write_identities
+
+    old = os.umask(0)
+    try:
+        value = generated_secret(tmp_path / "secrets" / "token")
+        cfg = load_settings({"MODELOPS_HOME": str(tmp_path)})
+        write_identities(cfg)
+    finally:
+        os.umask(old)
+    assert value and generated_secret(tmp_path / "secrets" / "token") == value  # created once
+    for path in (tmp_path / "secrets" / "token", identities_file(cfg)):
+        assert stat.S_IMODE(path.stat().st_mode) == 0o600, path

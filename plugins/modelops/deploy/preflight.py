@@ -25,6 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from modelops.errors import ConfigError
+from modelops.secretfiles import write_private
+
+#: The generated files are read by other services of the compose project (they share gid 0), never by others.
+GROUP_READABLE = 0o640
 
 #: The variables that must hold a real secret, and what a valid value looks like.
 SECRETS: tuple[str, ...] = (
@@ -144,14 +148,6 @@ def mlflow_auth_ini(database_uri: str) -> str:
             "authorization_function = mlflow.server.auth:authenticate_request_basic_auth\n")
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write TEXT readable only by the owner and its group (the services share gid 0)."""
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(text)
-    tmp.chmod(0o640)
-    tmp.replace(path)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env-example", type=Path, required=True, help="the .env.example with the placeholders")
@@ -168,11 +164,13 @@ def main(argv: list[str] | None = None) -> int:
     bucket = env.get("MODELOPS_BUCKET", "modelops")
     mlflow_bucket = env.get("MODELOPS_MLFLOW_BUCKET", "mlflow")
     args.out.mkdir(parents=True, exist_ok=True)
-    write_private(args.out / "s3-identities.json", json.dumps(s3_identities_doc(env, bucket, mlflow_bucket)))
-    write_private(args.out / "mlflow-auth.ini", mlflow_auth_ini(env["MLFLOW_AUTH_DATABASE_URI"]))
+    write_private(args.out / "s3-identities.json", json.dumps(s3_identities_doc(env, bucket, mlflow_bucket)),
+                  mode=GROUP_READABLE)
+    write_private(args.out / "mlflow-auth.ini", mlflow_auth_ini(env["MLFLOW_AUTH_DATABASE_URI"]), mode=GROUP_READABLE)
     args.airflow_auth.mkdir(parents=True, exist_ok=True)
     write_private(args.airflow_auth / "passwords.json",
-                  json.dumps({env.get("MODELOPS_AIRFLOW_USER", "admin"): env["AIRFLOW_ADMIN_PASSWORD"]}))
+                  json.dumps({env.get("MODELOPS_AIRFLOW_USER", "admin"): env["AIRFLOW_ADMIN_PASSWORD"]}),
+                  mode=GROUP_READABLE)
     print(f"secrets checked; configs written to {args.out}")
     return 0
 

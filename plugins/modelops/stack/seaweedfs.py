@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from modelops.config import Settings
+from modelops.secretfiles import generated_secret, write_private
 
 #: The object the health check writes and reads back (in the platform's bucket).
 HEALTH_KEY = "_stack/objectstore-health"
@@ -30,14 +31,7 @@ _MAX_SOCKET_PATH = 100
 
 def _generated(home: Path, name: str, make: Callable[[], str]) -> str:
     """A credential kept in HOME/secrets/NAME (0600), created on first use."""
-    path = home / "secrets" / name
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(make())
-        tmp.chmod(0o600)
-        tmp.replace(path)
-    return path.read_text().strip()
+    return generated_secret(home / "secrets" / name, make)
 
 
 def s3_credentials(cfg: Settings) -> tuple[str | None, str | None]:
@@ -75,10 +69,7 @@ def write_identities(cfg: Settings) -> Path:
     }]}
     path = identities_file(cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(doc))
-    tmp.chmod(0o600)
-    tmp.replace(path)
+    write_private(path, json.dumps(doc))
     return path
 
 

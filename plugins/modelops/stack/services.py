@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import secrets
 import shutil
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from modelops.config import PROJECT_ROOT, SETTINGS, Settings
 from modelops.errors import StackError
+from modelops.secretfiles import generated_secret, write_private
 from modelops.stack import seaweedfs
 from modelops.stack.seaweedfs import s3_credentials
 
@@ -54,26 +54,9 @@ class Service:
         return home / "run" / f"{self.name}.pid"
 
 
-def write_private(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` readable by its owner only: 0600 from creation, replaced atomically."""
-    tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.fchmod(fd, 0o600)  # a leftover tmp file keeps its old mode through O_CREAT
-        os.write(fd, text.encode("utf-8"))
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
-
-
 def _secret_file(home: Path, name: str) -> str:
     """A random secret kept under HOME, created once (0600)."""
-    path = home / "secrets" / name
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(secrets.token_urlsafe(24))
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return generated_secret(home / "secrets" / name)
 
 
 def airflow_password(cfg: Settings) -> str:
@@ -337,14 +320,10 @@ def _with_plugins(pythonpath: str) -> str:
 
 
 def _fernet_key(home: Path) -> str:
-    path = home / "secrets" / "airflow-fernet-key"
-    if not path.exists():
-        import base64
+    import base64
 
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(base64.urlsafe_b64encode(os.urandom(32)).decode())
-        path.chmod(0o600)
-    return path.read_text().strip()
+    return generated_secret(home / "secrets" / "airflow-fernet-key",
+                            lambda: base64.urlsafe_b64encode(os.urandom(32)).decode())
 
 
 _MIGRATE_LOCK = threading.Lock()
