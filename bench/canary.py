@@ -111,6 +111,7 @@ BENCH_ENV = {
     **stack_port_env(PORT_BASE),
     "MODELOPS_FEEDBACK_SECRET": "modelops-bench-canary-feedback-secret",
     "MODELOPS_NOTIFY_URLS": "",
+    "MODELOPS_OBSERVABILITY": "off",  # the bench stack runs no Prometheus/Pushgateway
 }
 VARIANTS = ("good", "faulty-errors", "collapsed", "slow")
 GOAL_MTTR_S = 10.0

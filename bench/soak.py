@@ -57,7 +57,11 @@ class Sample:
 def _process(home: Path, name: str) -> Any:
     import psutil
 
-    pid = int((home / "run" / f"{name}.pid").read_text().split()[0])
+    from modelops.stack.process import live_pid
+
+    pid = live_pid(home / "run" / f"{name}.pid")
+    if pid is None:
+        raise RuntimeError(f"soak: the {name} process of {home} is not running")
     return psutil.Process(pid)
 
 
