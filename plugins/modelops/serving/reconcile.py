@@ -167,6 +167,7 @@ class Reconciler:
 
         routed = read_routed(self.store)
         now = time.monotonic()
+        self._hold_dropped(routed)
         for model, versions in routed.items():
             for version in versions:
                 self.last_routed[(model, version)] = now
@@ -178,6 +179,20 @@ class Reconciler:
         # loading a few at once bounds the recovery by the slowest model instead of the sum of them all.
         with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(work)))) as pool:
             return list(pool.map(lambda item: self._one(*item), work))
+
+    def _hold_dropped(self, routed: Mapping[str, frozenset[int]]) -> None:
+        """Persist the grace of versions the routes named at the last tick and no longer do.
+
+        The grace (an instant rollback to the previous stable) must survive a restart of this
+        reconciler, so it is written as a hold, not only kept in memory.
+        """
+        from modelops.serving.holds import write_hold
+
+        latest = max(self.last_routed.values(), default=None)
+        for (model, version), seen in list(self.last_routed.items()):
+            if seen == latest and version not in routed.get(model, frozenset()):
+                write_hold(self.store, model, version, why=f"no longer routed: kept loaded for {self.grace_s:.0f} s",
+                           ttl_s=self.grace_s)
 
     def _kept(self, model: str, now: float) -> frozenset[int]:
         return frozenset(v for (m, v), seen in self.last_routed.items() if m == model and now - seen < self.grace_s)
