@@ -35,6 +35,9 @@ def test_unreachable_target_raises() -> None:
         AppriseNotifier(["json://127.0.0.1:9/nothing-listens"]).send(Message("t", "b"))
 
 
-def test_bad_url_names_the_url() -> None:
-    with pytest.raises(NotifyError, match="not understood"):
-        AppriseNotifier(["nonsense-scheme://x"]).send(Message("t", "b"))
+def test_bad_url_names_which_url_and_its_scheme_but_never_its_credentials() -> None:
+    with pytest.raises(NotifyError, match="not an apprise URL") as caught:
+        AppriseNotifier(["json://127.0.0.1:9/ok", "nonsense-scheme://user:hunter2@host/tok3n"]).send(Message("t", "b"))
+    text = str(caught.value)
+    assert "URL #2" in text and "nonsense-scheme://" in text and "MODELOPS_NOTIFY_URLS" in text
+    assert "hunter2" not in text and "tok3n" not in text and "user" not in text

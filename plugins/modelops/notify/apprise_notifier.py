@@ -22,6 +22,13 @@ class Notifier(Protocol):
 _TYPES = {"info": "info", "success": "success", "warning": "warning", "failure": "failure"}
 
 
+def redacted(url: str) -> str:
+    """``url`` with everything after its scheme hidden (apprise URLs hold credentials anywhere in them)."""
+    scheme, sep, _rest = url.partition("://")
+    plain = scheme.replace("+", "").replace("-", "").replace(".", "")  # RFC 3986 scheme characters
+    return f"{scheme}://…" if sep and scheme.isascii() and plain.isalnum() else "…"
+
+
 class AppriseNotifier:
     """Sends to every apprise URL given; raises :class:`NotifyError` when all of them fail."""
 
@@ -34,9 +41,11 @@ class AppriseNotifier:
         import apprise
 
         app = apprise.Apprise()
-        for url in self.urls:
+        for index, url in enumerate(self.urls, start=1):
             if not app.add(url):
-                raise NotifyError(f"apprise URL not understood: {url!r} (example: json://127.0.0.1:8999/hook)")
+                # Never the URL itself: apprise URLs carry tokens and passwords (slack://A/B/C, mailto://u:p@…).
+                raise NotifyError(f"MODELOPS_NOTIFY_URLS: URL #{index} ({redacted(url)}) is not an apprise URL "
+                                  "it understands (example: json://127.0.0.1:8999/hook)")
         delivered = app.notify(title=message.title, body=message.text(), notify_type=_TYPES[message.severity])
         if not delivered:
             raise NotifyError(f"notification {message.title!r} was not accepted by any of {len(self.urls)} target(s)")
