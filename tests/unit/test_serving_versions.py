@@ -188,3 +188,15 @@ def test_a_lock_of_a_dead_process_on_this_host_is_taken_over_at_once_another_hos
     store.write_if(lock_key("ranker"), json.dumps(alive).encode(), None)
     with pytest.raises(ServingError, match="held by"), model_lock(store, "ranker", wait_s=0.05, poll_s=0.01):
         pass
+
+
+def test_a_holder_working_past_the_ttl_keeps_the_lock_renewed() -> None:
+    store = AtomicMemoryStore()
+    with model_lock(store, "ranker", owner="slow reload", ttl_s=0.3, poll_s=0.01):
+        time.sleep(0.9)  # three TTLs of work: the renewer must keep pushing the expiry forward
+        body, _ = store.read(lock_key("ranker"))
+        assert body is not None and json.loads(body)["expires_at"] > time.time()
+        with pytest.raises(ServingError, match="held by slow reload"), \
+                model_lock(store, "ranker", owner="waiter", ttl_s=0.3, wait_s=0.2, poll_s=0.01):
+            pass
+    assert store.read(lock_key("ranker")) == (None, None)

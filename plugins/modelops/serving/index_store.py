@@ -10,9 +10,11 @@ S3 (since 2024), MinIO and moto (checked: 5.2.5) honour both conditions on PutOb
 from __future__ import annotations
 
 import json
+import logging
 import os
 import random
 import socket
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -20,9 +22,11 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Protocol
 
-from modelops.errors import ObjectStoreError, ServingError
+from modelops.errors import ModelopsError, ObjectStoreError, ServingError
 from modelops.objectstore import ObjectStore
 from modelops.serving.versions import VersionIndex, assign_version
+
+log = logging.getLogger(__name__)
 
 MAX_ATTEMPTS = 20
 """Conditional-write attempts before giving up (each loser re-reads and retries)."""
@@ -192,9 +196,31 @@ def model_lock(store: ConditionalStore | ObjectStore, model: str, *, owner: str 
             if time.monotonic() > deadline:
                 raise ServingError(f"{key}: held by {holder.get('owner')} for longer than {wait_s:.0f} s")
         time.sleep(poll_s)
+    stop = threading.Event()
+    renewer = threading.Thread(target=_renew_lock, args=(cas, key, token, ttl_s, stop), daemon=True,
+                               name=f"lock-renew-{model}")
+    renewer.start()
     try:
         yield
     finally:
+        stop.set()
+        renewer.join()
         current, _ = cas.read(key)
         if current is not None and json.loads(current).get("token") == token:
             cas.remove(key)
+
+
+def _renew_lock(cas: ConditionalStore, key: str, token: str, ttl_s: float, stop: threading.Event) -> None:
+    """Push the lock's expiry forward every ``ttl_s / 3`` while its holder works (a reload with its retries
+    can outlast the TTL; without renewal a waiter would take the lock over from a live holder)."""
+    while not stop.wait(ttl_s / 3):
+        try:
+            current, etag = cas.read(key)
+            holder = json.loads(current) if current is not None else {}
+            if holder.get("token") != token:
+                log.error("%s: the lock was taken over from its live holder %s", key, holder.get("owner", "?"))
+                return
+            if not cas.write_if(key, json.dumps({**holder, "expires_at": time.time() + ttl_s}).encode(), etag):
+                continue  # changed under us: the next round reads it again
+        except (ModelopsError, ValueError) as exc:  # the store is briefly unreachable: retry next round
+            log.warning("%s: lock renewal failed (retrying): %s", key, exc)
