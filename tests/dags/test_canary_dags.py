@@ -176,6 +176,20 @@ def test_a_control_request_is_written_beside_the_checkpoint_and_maps_to_a_comman
         write_control(blobs, "m", 7, "promote", "alice")
 
 
+def test_a_stored_control_document_that_is_not_a_request_is_refused_with_the_rule() -> None:
+    from modelops.canary.actions import PauseCommand
+    from modelops.canary.operator import parse_control
+    from modelops.errors import ContractError
+
+    request, command, at = parse_control(b'{"action": "pause", "by": "bo", "requested_at": 12.5}')
+    assert (request["by"], command, at) == ("bo", PauseCommand("bo", ""), 12.5)
+    for raw, rule in ((b"{not json", "not JSON"), (b"[1, 2]", "must be a JSON object"),
+                      (b"\xff\xfe", "not JSON"), (b'{"action": "pause", "requested_at": "soon"}', "Unix time"),
+                      (b'{"action": "promote"}', "unknown action")):
+        with pytest.raises(ContractError, match=rule):
+            parse_control(raw)
+
+
 def test_release_cli_parses_start_and_control_commands() -> None:
     from modelops.release.commands import add_commands, progress_line
 

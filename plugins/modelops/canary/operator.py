@@ -106,6 +106,26 @@ def command_of(request: Mapping[str, Any]) -> Event:
     raise ContractError(f"control request {request!r}: unknown action")
 
 
+def parse_control(raw: bytes) -> tuple[dict[str, Any], Event, float]:
+    """(request, command, requested_at) of a stored control document.
+
+    Raises:
+        ContractError: not a JSON object with a known ``action`` and a numeric ``requested_at``.
+    """
+    example = '(example: {"action": "pause", "by": "alice", "requested_at": 1764540000.0})'
+    try:
+        request = json.loads(raw.decode("utf-8"))
+    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
+        raise ContractError(f"control request: not JSON ({exc}) {example}") from exc
+    if not isinstance(request, dict):
+        raise ContractError(f"control request: must be a JSON object {example}")
+    try:
+        requested_at = float(request.get("requested_at", 0.0))
+    except (TypeError, ValueError) as exc:
+        raise ContractError(f"control request: requested_at must be a Unix time in seconds {example}") from exc
+    return request, command_of(request), requested_at
+
+
 # ------------------------------------------------------------------ wiring
 @dataclass
 class Wiring:
@@ -333,13 +353,19 @@ class CanaryOperator(BaseOperator):
         key = control_key(wiring.model, wiring.canary_version)
         if not wiring.store.exists(key):
             return status, None
-        request = json.loads(wiring.store.get_bytes(key).decode("utf-8"))
+        raw = wiring.store.get_bytes(key)
         wiring.store.delete(key)
-        if float(request.get("requested_at", 0.0)) < status.started_at:
+        try:
+            request, command, requested_at = parse_control(raw)
+        except ContractError as exc:
+            # Refused, not retried: one bad document must not fail every later window of the release.
+            self.log.error("control request %s refused and removed: %s; it was %r", key, exc, raw[:500])
+            return status, None
+        if requested_at < status.started_at:
             self.log.info("control request %s predates this release: ignored", request)
             return status, None
         self.log.info("control request: %s", request)
-        status = wiring.runner.handle(command_of(request))
+        status = wiring.runner.handle(command)
         return status, Control(str(request.get("action")), str(request.get("by", "operator")),
                                float(request.get("requested_at", 0.0)), time.time(), str(request.get("reason", "")))
 
