@@ -235,6 +235,10 @@ def test_the_window_that_clears_an_incident_is_not_counted() -> None:
     assert (run.final.analyses, run.final.passed_at_step, run.final.failed_checks) == (1, 0, 0)
     assert run.final.last_window_end == 1030.0  # consumed: a replay after a restart does not resume twice
     assert play([INCIDENT, UNREACHABLE]).final.phase is Phase.PAUSED  # no evidence the incident cleared
+    # A canary that keeps taking the serving layer down: two resumptions, then a person decides.
+    run = play([INCIDENT, GOOD] * 4)
+    assert run.notified() == ["started", "incident", "resumed", "incident", "resumed", "incident"]
+    assert run.final.phase is Phase.PAUSED
 
 
 def test_baseline_taken_from_the_first_healthy_stable_window() -> None:

@@ -26,7 +26,8 @@ Decisions in detail:
   counted against the canary. The windows are still analysed while it lasts: the first one
   without an incident (a crashed Triton is serving again) resumes the release by itself
   (notified; that window is not counted), so an outage of the serving layer neither blocks
-  a release nor decides it. A pause command meanwhile keeps it paused until resumed.
+  a release nor decides it. A pause command meanwhile keeps it paused until resumed; after
+  :data:`AUTO_RESUMES` such resumptions the next incident waits for a person.
 * Notifications are sent once per event (start, approval needed, pause, incident,
   resume, promotion, rollback, abort), never once per interval.
 * A measurement whose window ends at or before the last one consumed is ignored, so a
@@ -67,6 +68,9 @@ Outcome = tuple[CanaryStatus, tuple[Action, ...]]
 
 _ANALYSING = {Phase.PROGRESSING, Phase.WAITING_APPROVAL}
 _INCIDENT = "incident, not the canary's fault: "
+AUTO_RESUMES = 2
+"""Incidents a release resumes from by itself; the next one keeps it paused for a person (a canary that
+takes the serving layer down with it would otherwise pause and resume for ever)."""
 
 
 def _to(status: CanaryStatus, phase: Phase, now: float, reason: str, **changes: Any) -> CanaryStatus:
@@ -156,7 +160,8 @@ def _incident_cleared(spec: CanarySpec, status: CanaryStatus, m: Measurement, no
         return status, ()
     analysis = evaluate(spec, m, status.baseline, status.error_evidence)
     status = dataclasses.replace(status, last_window_end=m.window_end, updated_at=now)
-    if analysis.incident or m.unreachable:
+    incidents = sum(1 for t in status.transitions if t.target is Phase.PAUSED and t.reason.startswith(_INCIDENT))
+    if analysis.incident or m.unreachable or incidents > AUTO_RESUMES:
         return status, ()
     return _resume(spec, status, now, "resumed: the incident cleared")
 
