@@ -404,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
                     "MODELOPS_AIRFLOW_URL", "MODELOPS_GATEWAY_URLS", "MODELOPS_CANARY_METRICS",
                     "MODELOPS_PROMETHEUS_URL"):
             os.environ.pop(key, None)
-    from modelops.canary.operator import spec_from_params
+    from modelops.canary.params import spec_from_params
     from modelops.config import settings
     from modelops.objectstore import ObjectStore
     from modelops.stack import launcher

@@ -136,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
     home = Path(tempfile.mkdtemp(prefix="modelops-soak-"))
     os.environ.update(bench_canary.BENCH_ENV)
     os.environ["MODELOPS_HOME"] = str(home)
-    from modelops.canary.operator import spec_from_params
+    from modelops.canary.params import spec_from_params
     from modelops.config import settings
     from modelops.example.synthetic import WorldSpec
     from modelops.example.train import TrainSpec, train

@@ -22,13 +22,9 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
-from modelops.canary.operator import (
-    DEFAULT_STABLE_GRACE_S,
-    CanaryOperator,
-    ReleaseApproval,
-    RetirePreviousStable,
-    extra_param_names,
-)
+from modelops.canary.operator import CanaryOperator, ReleaseApproval
+from modelops.canary.params import extra_param_names
+from modelops.canary.retire import DEFAULT_STABLE_GRACE_S, RetirePreviousStable
 from modelops.canary.spec import CanarySpec, describe
 from modelops.names import MODEL_NAME_PATTERN
 

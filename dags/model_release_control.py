@@ -41,7 +41,7 @@ def model_release_control() -> None:
     @task
     def request_control() -> dict[str, Any]:
         from modelops.canary.adapters import ObjectStoreStatusStore, checkpoint_key
-        from modelops.canary.operator import write_control
+        from modelops.canary.control import write_control
         from modelops.errors import ConfigError
         from modelops.objectstore import ObjectStore
 

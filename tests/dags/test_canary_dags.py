@@ -41,7 +41,7 @@ def test_the_canary_follows_verify_served_with_approval_between_its_two_tasks(da
 
 
 def test_every_canary_threshold_is_a_documented_release_param(dags) -> None:  # type: ignore[no-untyped-def]
-    from modelops.canary.operator import extra_param_names
+    from modelops.canary.params import extra_param_names
     from modelops.canary.spec import describe
 
     params = dags["model_release"].params
@@ -52,7 +52,7 @@ def test_every_canary_threshold_is_a_documented_release_param(dags) -> None:  # 
 
 
 def test_the_previous_stable_is_retired_after_a_documented_grace_period(dags) -> None:  # type: ignore[no-untyped-def]
-    from modelops.canary.operator import DEFAULT_STABLE_GRACE_S, RetirePreviousStable
+    from modelops.canary.retire import DEFAULT_STABLE_GRACE_S, RetirePreviousStable
 
     dag = dags["model_release"]
     assert isinstance(dag.get_task("retire_previous_stable"), RetirePreviousStable)
@@ -63,7 +63,7 @@ def test_the_previous_stable_is_retired_after_a_documented_grace_period(dags) ->
 
 
 def test_routed_versions_are_the_stable_and_the_canary() -> None:
-    from modelops.canary.operator import routed_versions
+    from modelops.canary.retire import routed_versions
     from modelops.gateway.routes import Routes, VersionRef
 
     def routes(canary: VersionRef | None) -> Routes:
@@ -77,7 +77,7 @@ def test_routed_versions_are_the_stable_and_the_canary() -> None:
 
 
 def test_the_form_defaults_are_the_spec_defaults(dags) -> None:  # type: ignore[no-untyped-def]
-    from modelops.canary.operator import spec_from_params
+    from modelops.canary.params import spec_from_params
     from modelops.canary.spec import CanarySpec
 
     params = dags["model_release"].params
@@ -91,7 +91,7 @@ def test_control_form_offers_abort_pause_resume(dags) -> None:  # type: ignore[n
 
 
 def test_spec_from_params_reads_percent_steps_and_thresholds() -> None:
-    from modelops.canary.operator import spec_from_params
+    from modelops.canary.params import spec_from_params
 
     spec = spec_from_params({"canary_steps": "25, 50,100", "analysis_interval_s": 5, "min_requests": 20,
                              "require_approval": True, "canary_failure_limit": 3, "canary_ctr_trial_actions":
@@ -101,7 +101,7 @@ def test_spec_from_params_reads_percent_steps_and_thresholds() -> None:
 
 
 def test_spec_from_params_rejects_bad_steps() -> None:
-    from modelops.canary.operator import spec_from_params
+    from modelops.canary.params import spec_from_params
     from modelops.errors import ConfigError
 
     with pytest.raises(ConfigError, match="steps"):
@@ -162,7 +162,7 @@ class _Blobs:
 
 def test_a_control_request_is_written_beside_the_checkpoint_and_maps_to_a_command() -> None:
     from modelops.canary.actions import AbortCommand, PauseCommand, ResumeCommand
-    from modelops.canary.operator import command_of, control_key, write_control
+    from modelops.canary.control import command_of, control_key, write_control
     from modelops.errors import ConfigError
 
     blobs = _Blobs()
@@ -178,7 +178,7 @@ def test_a_control_request_is_written_beside_the_checkpoint_and_maps_to_a_comman
 
 def test_a_stored_control_document_that_is_not_a_request_is_refused_with_the_rule() -> None:
     from modelops.canary.actions import PauseCommand
-    from modelops.canary.operator import parse_control
+    from modelops.canary.control import parse_control
     from modelops.errors import ContractError
 
     request, command, at = parse_control(b'{"action": "pause", "by": "bo", "requested_at": 12.5}')

@@ -165,7 +165,7 @@ def test_a_viewer_reads_the_cockpit_but_may_not_act(stack_settings: Settings, re
         response = requests.post(f"{base}/releases/{model}/{version}/{action}", headers=viewer, timeout=30)
         assert response.status_code == 403, (action, response.text)
         assert f"viewer may not {action}" in response.json()["detail"]
-    from modelops.canary.operator import control_key
+    from modelops.canary.control import control_key
 
     assert not object_store.exists(control_key(model, version))
 

@@ -15,16 +15,13 @@ approval at its last analysed step; :class:`ReleaseApproval` (the standard provi
 ``ApprovalOperator``) asks a person, and ``stage="finish"`` applies the approval and
 takes the release to its end.
 
-After a promotion :class:`RetirePreviousStable` keeps the previous stable version loaded
-in Triton for the ``stable_grace_s`` param (routes can be flipped back to it at once),
-waiting in the triggerer, then unloads it unless the routes serve it again.
+After a promotion :class:`modelops.canary.retire.RetirePreviousStable` retires the previous
+stable version after its grace period.
 """
 
 from __future__ import annotations
 
-import json
 import time
-import uuid
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -33,97 +30,17 @@ from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import BaseOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
-from modelops.canary.actions import AbortCommand, ApproveCommand, Event, PauseCommand, ResumeCommand
+from modelops.canary.actions import AbortCommand, ApproveCommand
+from modelops.canary.control import control_key, parse_control
+from modelops.canary.params import spec_from_params
 from modelops.canary.runner import Release, Runner, VersionRef
-from modelops.canary.spec import CanarySpec, describe, detection_warnings, traffic_warnings
+from modelops.canary.spec import CanarySpec, detection_warnings, traffic_warnings
 from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
 from modelops.cockpit.recording import record_first_release, record_release, responder
-from modelops.errors import ConfigError, ContractError
-from modelops.names import check_model_name
+from modelops.errors import ContractError
 
-CONTROL_ACTIONS = ("abort", "pause", "resume")
 NOTE_LIMIT = 1000  # Airflow's DagRun.note max length
-#: Seconds the previous stable version stays loaded after a promotion (``stable_grace_s`` param).
-DEFAULT_STABLE_GRACE_S = 600
-#: DAG params read by :func:`spec_from_params` besides the four main ones: ``canary_<field>``.
-MAIN_PARAMS = {"canary_steps": "steps", "analysis_interval_s": "interval_s", "min_requests": "min_requests",
-               "require_approval": "require_approval"}
-
-
-# ------------------------------------------------------------------ params → spec
-def parse_steps(text: str) -> tuple[float, ...]:
-    """``"1,5,25,50,100"`` (percent) → ``(0.01, 0.05, 0.25, 0.5, 1.0)``."""
-    try:
-        return tuple(float(part) / 100.0 for part in str(text).replace(" ", "").split(",") if part)
-    except ValueError as exc:
-        raise ConfigError(f"canary_steps={text!r}: comma-separated percentages (example: 5,25,50,100)") from exc
-
-
-def extra_param_names() -> dict[str, str]:
-    """``canary_<field>`` DAG param → spec field, for every spec field not among the main params."""
-    return {f"canary_{name}": name for name in describe() if name not in MAIN_PARAMS.values()}
-
-
-def spec_from_params(params: Mapping[str, Any]) -> CanarySpec:
-    """The spec from the ``model_release`` params (missing ones take the spec's defaults)."""
-    raw: dict[str, Any] = {}
-    for param, field_name in {**MAIN_PARAMS, **extra_param_names()}.items():
-        if param in params and params[param] is not None:
-            raw[field_name] = params[param]
-    if "steps" in raw:
-        raw["steps"] = list(parse_steps(raw["steps"]))
-    return CanarySpec.from_dict(raw)
-
-
-# ------------------------------------------------------------------ control requests
-def control_key(model: str, canary_triton_version: int) -> str:
-    """Object-store key of a release's pending control request."""
-    return f"canary/{check_model_name(model)}/v{canary_triton_version}.control.json"
-
-
-def write_control(store: Any, model: str, canary_triton_version: int, action: str, by: str,
-                  reason: str = "") -> dict[str, Any]:
-    """Write a control request (abort, pause, resume) that the operator applies at its next window."""
-    if action not in CONTROL_ACTIONS:
-        raise ConfigError(f"control action {action!r}: one of {', '.join(CONTROL_ACTIONS)}")
-    request = {"id": uuid.uuid4().hex, "action": action, "by": by, "reason": reason, "requested_at": time.time()}
-    store.put_bytes(control_key(model, canary_triton_version), json.dumps(request).encode("utf-8"),
-                    content_type="application/json")
-    return request
-
-
-def command_of(request: Mapping[str, Any]) -> Event:
-    """The state machine's command for a control request."""
-    by, reason = str(request.get("by", "operator")), str(request.get("reason", ""))
-    action = request.get("action")
-    if action == "abort":
-        return AbortCommand(by, reason)
-    if action == "pause":
-        return PauseCommand(by, reason)
-    if action == "resume":
-        return ResumeCommand(by)
-    raise ContractError(f"control request {request!r}: unknown action")
-
-
-def parse_control(raw: bytes) -> tuple[dict[str, Any], Event, float]:
-    """(request, command, requested_at) of a stored control document.
-
-    Raises:
-        ContractError: not a JSON object with a known ``action`` and a numeric ``requested_at``.
-    """
-    example = '(example: {"action": "pause", "by": "alice", "requested_at": 1764540000.0})'
-    try:
-        request = json.loads(raw.decode("utf-8"))
-    except ValueError as exc:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
-        raise ContractError(f"control request: not JSON ({exc}) {example}") from exc
-    if not isinstance(request, dict):
-        raise ContractError(f"control request: must be a JSON object {example}")
-    try:
-        requested_at = float(request.get("requested_at", 0.0))
-    except (TypeError, ValueError) as exc:
-        raise ContractError(f"control request: requested_at must be a Unix time in seconds {example}") from exc
-    return request, command_of(request), requested_at
 
 
 # ------------------------------------------------------------------ wiring
@@ -476,61 +393,3 @@ class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
                            control=Control("reject", by, at or time.time(), time.time()))
             finish(context, status, self.log)
         raise AirflowFailException("release rejected at approval")
-
-
-# ------------------------------------------------------------------ after a promotion
-def routed_versions(routes: Any) -> set[int]:
-    """The Triton versions a routes document sends traffic to (stable, and the canary if any)."""
-    if routes is None:
-        return set()
-    versions = {int(routes.stable.version)}
-    if routes.canary is not None:
-        versions.add(int(routes.canary.version))
-    return versions
-
-
-class RetirePreviousStable(BaseOperator):
-    """Unloads the version a promotion replaced, after a grace period spent in the triggerer.
-
-    Skipped unless ``canary_finish`` promoted a canary over a stable version. During the
-    grace period the previous stable stays loaded, so routing back to it is instant; at
-    its end the version is unloaded unless the routes send traffic to it again.
-    """
-
-    ui_color = "#e8f4ea"
-
-    def __init__(self, *, finish_task_id: str = "canary_finish", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.finish_task_id = finish_task_id
-
-    def execute(self, context: Any) -> dict[str, Any]:
-        result = context["ti"].xcom_pull(task_ids=self.finish_task_id) or {}
-        if result.get("phase") != Phase.PROMOTED.value or not result.get("stable_version"):
-            raise AirflowSkipException(f"nothing to retire (release {result.get('phase', 'n/a')}, "
-                                       f"previous stable {result.get('stable_version') or 'none'})")
-        grace_s = float(context["params"].get("stable_grace_s", DEFAULT_STABLE_GRACE_S))
-        due = float(result.get("ended_at") or time.time()) + grace_s
-        self.log.info("%s v%s stays loaded for %.0f s after the promotion of v%s (instant rollback), then is "
-                      "unloaded", result["model"], result["stable_version"], grace_s, result["canary_version"])
-        if due > time.time():
-            self.defer(trigger=CanaryIntervalTrigger(due, str(result["model"]), int(result["stable_version"]),
-                                                     what="unload (grace period over)"),
-                       method_name="retire", kwargs={"result": result})
-        return self.retire(context, result=result)
-
-    def retire(self, context: Any, event: Mapping[str, Any] | None = None,
-               result: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        from modelops.canary.adapters import current_routes
-        from modelops.config import settings
-        from modelops.objectstore import ObjectStore
-        from modelops.serving.api import unload_version
-
-        assert result is not None
-        model, previous = str(result["model"]), int(result["stable_version"])
-        routed = routed_versions(current_routes(ObjectStore.from_settings(settings()), model))
-        if previous in routed:
-            self.log.info("%s v%d is routed again (%s): kept loaded", model, previous, sorted(routed))
-            return {"model": model, "version": previous, "unloaded": False, "served": None}
-        served = unload_version(model, previous)
-        self.log.info("%s v%d unloaded after the grace period; Triton serves %s", model, previous, served)
-        return {"model": model, "version": previous, "unloaded": True, "served": served}

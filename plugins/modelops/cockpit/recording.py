@@ -30,7 +30,7 @@ def responder(answer: Any) -> tuple[str, float | None]:
 
 
 def _release_ref(context: Any, wiring: Any, candidate: Mapping[str, Any]) -> Any:
-    from modelops.canary.operator import spec_from_params
+    from modelops.canary.params import spec_from_params
     from modelops.cockpit.record import ReleaseRef
 
     spec = spec_from_params(context["params"])
