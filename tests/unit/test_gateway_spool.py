@@ -292,3 +292,32 @@ def test_a_segment_the_converter_refuses_is_set_aside_and_later_segments_still_u
     parquet = [v for k, v in store.objects.items() if k.endswith(".parquet")]
     tokens = sorted(t for v in parquet for t in pq.read_table(io.BytesIO(v)).column("feedback_token").to_pylist())
     assert tokens == ["tok-0", "tok-1", "tok-2"]
+
+
+def test_close_answers_the_batch_in_flight_and_the_records_queued_behind_it(tmp_path: Path) -> None:
+    import threading
+
+    entered, gate = threading.Event(), threading.Event()
+
+    class SlowDisk(SegmentWriter):
+        def write(self, frames: bytes) -> None:
+            entered.set()
+            gate.wait(5)
+            super().write(frames)
+
+    async def main() -> None:
+        committer = GroupCommitter(SlowDisk(tmp_path), budget_bytes=1 << 30, usage=lambda: 0)
+        committer.start()
+        first = asyncio.create_task(committer.append(_feedback(0)))
+        await asyncio.to_thread(entered.wait, 5)  # the first batch is in the writer thread
+        second = asyncio.create_task(committer.append(_feedback(1)))
+        await asyncio.sleep(0)
+        closing = asyncio.create_task(committer.close())
+        await asyncio.sleep(0.05)
+        gate.set()
+        await asyncio.wait_for(asyncio.gather(first, second, closing), 5)  # nobody left waiting
+
+    asyncio.run(main())
+    tokens = [r[0] for seg in sorted(tmp_path.glob("*.seg")) for r in read_frames(seg.read_bytes())[0]]
+    assert tokens == ["tok-0", "tok-1"]
+    assert not list(tmp_path.glob("*.open"))

@@ -266,6 +266,7 @@ class GroupCommitter:
         self._waiters: list[asyncio.Future[None]] = []
         self._wakeup: asyncio.Event | None = None
         self._task: asyncio.Task[None] | None = None
+        self._closing = False
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool-" + writer.directory.name)
         self.on_sealed: Callable[[Path], None] = lambda _path: None
         self.unflushed_bytes = 0
@@ -314,6 +315,8 @@ class GroupCommitter:
                 async with asyncio.timeout(self.flush_interval_s):
                     await self._wakeup.wait()
             self._wakeup.clear()
+            if self._closing:
+                return  # close() writes what is pending; a batch already in the writer thread was finished
             frames, self._pending = self._pending, []
             waiters, self._waiters = self._waiters, []
             size = sum(len(f) for f in frames)
@@ -337,18 +340,35 @@ class GroupCommitter:
                 self.on_sealed(sealed)
 
     async def close(self) -> None:
-        """Flush what is pending, seal the segment, stop the writer thread."""
+        """Finish the batch in flight, write what is pending, seal the segment, stop the writer thread.
+
+        Every waiter is answered: done when its record is on disk, :class:`SpoolFull` when the
+        last write failed (never left hanging). Not cancelling the writer task mid-batch keeps
+        the answer of the batch it was writing.
+        """
+        self._closing = True
         if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+            if self._wakeup is not None:
+                self._wakeup.set()
+            await self._task
         frames, self._pending = self._pending, []
         waiters, self._waiters = self._waiters, []
         loop = asyncio.get_running_loop()
-        if frames:
-            await loop.run_in_executor(self._executor, self.writer.write, b"".join(frames))
-        for waiter in waiters:
-            if not waiter.done():
-                waiter.set_result(None)
-        await loop.run_in_executor(self._executor, self.writer.seal)
-        self._executor.shutdown(wait=True)
+        try:
+            if frames:
+                await loop.run_in_executor(self._executor, self.writer.write, b"".join(frames))
+        except Exception as exc:
+            log.exception("spool: the last write at close failed")
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_exception(SpoolFull(f"event spool write failed: {exc}"))
+        else:
+            for waiter in waiters:
+                if not waiter.done():
+                    waiter.set_result(None)
+        finally:
+            self.unflushed_bytes = 0
+            try:
+                await loop.run_in_executor(self._executor, self.writer.seal)
+            finally:
+                self._executor.shutdown(wait=True)
