@@ -1,4 +1,4 @@
-"""The records that cross process boundaries: the three event logs and their layout.
+"""The records that cross process boundaries: the event logs and their layout.
 
 The gateway writes these logs; the Spark jobs read them. Keep both sides on these
 definitions. Every log is Parquet under ``<prefix>/dt=YYYY-MM-DD/hour=HH/``.
@@ -59,6 +59,18 @@ SCORED_SAMPLE_BASE = pa.schema(
 )
 
 
+EXPLANATIONS = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("ts", TS),
+        ("model", pa.string()),
+        ("model_version", pa.int64()),
+        ("explanations", pa.string()),
+    ]
+)
+"""One row per explained request that is sampled like the scored samples: the answer's ``explanations`` (JSON)."""
+
+
 def scored_samples_schema(feature_names: Sequence[str]) -> pa.Schema:
     """Scored samples: the base columns, then one float64 column per feature (null when missing)."""
     return pa.schema([*SCORED_SAMPLE_BASE, *(pa.field(name, pa.float64()) for name in feature_names)])
@@ -68,6 +80,7 @@ LOG_PREFIXES = {
     "predictions": "logs/predictions",
     "feedback": "logs/feedback",
     "scored_samples": "logs/scored_samples",
+    "explanations": "logs/explanations",
 }
 """Key prefixes of the three logs inside the platform bucket."""
 

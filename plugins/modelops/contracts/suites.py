@@ -100,6 +100,10 @@ _KEYS_BY_TYPE: Mapping[str, frozenset[str]] = {
     "array": frozenset({"type", "minItems", "maxItems", "items"}),
 }
 _ITEM_KEYS = frozenset({"type", "minLength", "maxLength"})
+_QUERY_KEYS: Mapping[str, frozenset[str]] = {
+    "boolean": frozenset({"type"}),
+    "integer": frozenset({"type", "minimum", "maximum"}),
+}
 
 
 def load_request_schema(path: Path | str = REQUEST_SCHEMA_FILE) -> dict[str, Any]:
@@ -210,6 +214,34 @@ def _property_expectations(name: str, spec: Mapping[str, Any]) -> list[Expectati
     return out
 
 
+def query_options(schema: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+    """The predict query options declared under ``#/$defs/query`` (``explain``, ``top_k``): name -> rules.
+
+    They are no columns of a request batch, so they become no expectations; they are checked
+    here so that a rule the gateway would enforce is never one the suite cannot name.
+
+    Raises:
+        ContractError: ``$defs`` holds something else, or an option uses a keyword without a translation.
+    """
+    defs = schema.get("$defs", {})
+    if not isinstance(defs, Mapping) or set(defs) - {"query"}:
+        raise ContractError("request schema #/$defs: only 'query' (the predict query options) is supported")
+    query = defs.get("query", {"type": "object", "properties": {}})
+    if query.get("type") != "object" or set(query) - {"type", "additionalProperties", "properties"} - _ANNOTATIONS:
+        raise _unsupported("#/$defs/query", set(query) - {"type", "additionalProperties", "properties"} - _ANNOTATIONS)
+    out: dict[str, dict[str, Any]] = {}
+    for option, spec in query.get("properties", {}).items():
+        pointer = f"#/$defs/query/properties/{option}"
+        kind = str(spec.get("type"))
+        if kind not in _QUERY_KEYS:
+            raise ContractError(f"request schema {pointer}/type={kind!r}: must be one of {sorted(_QUERY_KEYS)}")
+        extra = set(spec) - _QUERY_KEYS[kind] - _ANNOTATIONS
+        if extra:
+            raise _unsupported(pointer, extra)
+        out[option] = {k: v for k, v in spec.items() if k in _QUERY_KEYS[kind] or k == "default"}
+    return out
+
+
 def request_suite_from_schema(schema: Mapping[str, Any], *, name: str = "requests") -> gx.ExpectationSuite:
     """Translate the request JSON Schema into a GX suite for request batches.
 
@@ -221,9 +253,10 @@ def request_suite_from_schema(schema: Mapping[str, Any], *, name: str = "request
     """
     if schema.get("type") != "object" or not isinstance(schema.get("properties"), Mapping):
         raise ContractError("request schema: the root must be an object with properties")
-    extra = set(schema) - _ROOT_KEYS - _ANNOTATIONS
+    extra = set(schema) - _ROOT_KEYS - _ANNOTATIONS - {"$defs"}
     if extra:
         raise _unsupported("#", extra)
+    options = query_options(schema)
     properties: Mapping[str, Mapping[str, Any]] = schema["properties"]
     required: Sequence[str] = schema.get("required", [])
     expectations: list[Expectation] = []
@@ -245,7 +278,8 @@ def request_suite_from_schema(schema: Mapping[str, Any], *, name: str = "request
     return gx.ExpectationSuite(
         name=name,
         expectations=expectations,
-        meta={"generated_from": "expectations/request.schema.json", "schema_id": schema.get("$id")},
+        meta={"generated_from": "expectations/request.schema.json", "schema_id": schema.get("$id"),
+              "query_options": options},
     )
 
 

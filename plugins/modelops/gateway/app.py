@@ -30,13 +30,30 @@ from typing import Any
 
 import msgspec
 import numpy as np
+import numpy.typing as npt
 
 from modelops.config import Settings, settings
 from modelops.errors import ContractError, ModelopsError, ObjectStoreError
 from modelops.features import feature_names, load_features
 from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
 from modelops.gateway.delay import LoopLag, TritonDelays, TritonShare, origin, parse_stats, server_timing, split
-from modelops.gateway.eventlog import EventLogs, SpoolConfig, feedback_record, prediction_record, scored_record
+from modelops.gateway.eventlog import (
+    EventLogs,
+    SpoolConfig,
+    explanation_record,
+    feedback_record,
+    prediction_record,
+    scored_record,
+)
+from modelops.gateway.explain import (
+    ADDITIVITY_TOLERANCE,
+    additivity_error,
+    contributions,
+    path_inputs,
+    permutations,
+    top_features,
+    top_reason,
+)
 from modelops.gateway.inference import TritonFailed, TritonHTTP, TritonUnavailable
 from modelops.gateway.metrics import CollapseWatch, Labels, Registry, ScoreWindow, route_weights
 from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
@@ -92,6 +109,8 @@ class GatewayOptions:
     spool_dir: str = ""  # empty: <MODELOPS_HOME>/gateway/spool
     triton_stats_poll_s: float = 1.0  # Triton's per-version statistics, for the delay origin's queue/compute split
     drill_feature_delay_ms: float = 0.0  # fault drill: added to every feature lookup (tests of X-Delay-Origin)
+    explain_permutations: int = 2  # Shapley sampling: permutations per item (antithetic pairs) for explain=true
+    explain_concurrency: int = 8  # Triton calls in flight per explained request
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))
@@ -163,6 +182,7 @@ class Gateway:
         self.triton_delays = TritonDelays()
         self.triton_called: dict[tuple[str, int], float] = {}  # (model, version) -> last call (monotonic)
         self.loop_lag = LoopLag()
+        self.max_batch: dict[tuple[str, int], int] = {}  # (model, version) -> Triton max_batch_size (0: none)
         self.triton_in_flight: dict[tuple[str, int], int] = {}
         self.watch = CollapseWatch(options.collapse_threshold, options.collapse_hold_s, options.collapse_min_scores)
         self._tasks: list[asyncio.Task[None]] = []
@@ -357,7 +377,7 @@ class Gateway:
             request_id = uuid.uuid4().hex
         try:
             if method == "POST" and path.startswith("/v1/models/"):
-                await self._predict(path, headers, request_id, receive, send)
+                await self._predict(path, headers, request_id, receive, send, scope.get("query_string", b""))
             elif path == "/v1/feedback" and method == "POST":
                 await self._feedback(headers, request_id, receive, send)
             elif method == "GET" and path == "/metrics":
@@ -465,16 +485,16 @@ class Gateway:
                          [(b"retry-after", str(self.options.retry_after_s).encode())])
 
     async def _predict(self, path: str, headers: dict[str, str], request_id: str, receive: Receive,
-                       send: Send) -> None:
+                       send: Send, query_string: bytes = b"") -> None:
         timing = _Timing()
         try:
-            await self._route(path, headers, request_id, receive, send, timing)
+            await self._route(path, headers, request_id, receive, send, timing, query_string)
         except HTTPError as exc:  # every predict answer says where its time went, errors too
             exc.headers.extend(timing.headers(timing.parts()))
             raise
 
     async def _route(self, path: str, headers: dict[str, str], request_id: str, receive: Receive, send: Send,
-                     timing: _Timing) -> None:
+                     timing: _Timing, query_string: bytes) -> None:
         match = _PREDICT.match(path)
         model = match.group(1) if match else ""
         routes = self.routes.get(model)
@@ -489,6 +509,11 @@ class Gateway:
             violation = self.contract.validate(document)
             if violation is not None:
                 raise HTTPError(400, violation.to_body())
+            query: dict[str, Any] = {"explain": False}
+            if query_string and self.contract.query is not None:
+                query, violation = self.contract.query.parse(query_string)
+                if violation is not None:
+                    raise HTTPError(400, violation.to_body())
             deadline_s = self._deadline_s(headers)
         except HTTPError as exc:
             unrouted = (*labels_model, ("version", "none"))  # rejected before a version was chosen
@@ -499,11 +524,12 @@ class Gateway:
         labels = (*labels_model, ("version", str(version.version)))
         # requests_total counts answered requests; a routed failure is in errors_total with its version
         # (the canary's error rate is errors / (answered + errors)).
-        await self._answer(path, routes, version, labels, document, size, request_id, timing, deadline_s, send)
+        await self._answer(path, routes, version, labels, document, size, request_id, timing, deadline_s, send,
+                           query)
 
     async def _answer(self, path: str, routes: Routes, version: VersionRef, labels: Labels,
                       document: dict[str, Any], size: int, request_id: str, timing: _Timing, deadline_s: float,
-                      send: Send) -> None:
+                      send: Send, query: dict[str, Any]) -> None:
         """Features, Triton, answer, logs and metrics for a request that kept the contract."""
         model = routes.model
         user_id: str = document["user_id"]
@@ -524,6 +550,7 @@ class Gateway:
         finally:
             timing.features_s = time.perf_counter() - started
         remaining = deadline_s - timing.total_s()
+        explanations: list[dict[str, Any]] = []
         called = (model, version.version)
         self.triton_called[called] = time.monotonic()
         timing.share = self.triton_delays.share(*called)
@@ -535,6 +562,9 @@ class Gateway:
                 raise TimeoutError
             async with asyncio.timeout(remaining):
                 scores = await self.triton.infer_scores(model, version.version, features)
+                if query["explain"]:  # same version, same deadline
+                    explanations = await self._explain(model, version.version, item_ids, features, scores,
+                                                       int(query["top_k"]), request_id)
         except TimeoutError as exc:
             self.m_errors.inc((*labels, ("class", "timeout")))
             raise _error(504, "inference_timeout", f"no answer from Triton within {deadline_s * 1000:.0f} ms",
@@ -553,9 +583,11 @@ class Gateway:
         now = time.time()
         token = issue_token(self.secret, TokenClaims(request_id, model, version.version, version.sha256[:12], now))
         variant = "canary" if routes.canary is not None and version == routes.canary else "stable"
-        body = _JSON_ENCODE({"request_id": request_id, "model": model, "model_version": version.version,
-                             "model_id": version.label, "variant": variant, "scores": scores.tolist(),
-                             "feedback_token": token})
+        answer = {"request_id": request_id, "model": model, "model_version": version.version,
+                  "model_id": version.label, "variant": variant, "scores": scores.tolist(), "feedback_token": token}
+        if query["explain"]:
+            answer["explanations"] = explanations
+        body = _JSON_ENCODE(answer)
         inference_ms = timing.inference_s * 1000.0
         scores64 = scores.astype(np.float64)
         n = len(scores64)
@@ -575,6 +607,10 @@ class Gateway:
             writes.append(self.logs.committers["scored_samples"].append(scored_record(
                 request_id=request_id, ts=now, model=model, model_version=version.version, scores=scores,
                 features=features)))
+            if query["explain"]:  # logged with the prediction, sampled like the scored samples
+                writes.append(self.logs.committers["explanations"].append(explanation_record(
+                    request_id=request_id, ts=now, model=model, model_version=version.version,
+                    explanations_json=_JSON_ENCODE(explanations).decode())))
         try:
             await (writes[0] if len(writes) == 1 else asyncio.gather(*writes))
         except SpoolFull as exc:
@@ -603,6 +639,43 @@ class Gateway:
                      input_size_bytes=size, n_items=n, delay_origin=delay_origin,
                      triton_queue_ms=round(parts["triton_queue"] * 1000, 3),
                      triton_compute_ms=round(parts["triton_compute"] * 1000, 3))
+
+    async def _explain(self, model: str, version: int, item_ids: list[str], features: npt.NDArray[np.float32],
+                       scores: npt.NDArray[np.float32], top_k: int, request_id: str) -> list[dict[str, Any]]:
+        """Shapley sampling (modelops.gateway.explain) scored by Triton ``version`` in batched calls."""
+        current = self.features.current
+        if current is None:  # the lookup just succeeded, so a snapshot is loaded; never None here
+            raise FeaturesUnavailable("no feature snapshot loaded (the explanation's baseline)")
+        key = (model, version)
+        if key not in self.max_batch:
+            config = await self.triton.version_config(model, version)
+            self.max_batch[key] = int(config.get("max_batch_size", 0) or 0)
+        perms = permutations(features.shape[1], self.options.explain_permutations,
+                             int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big"))
+        rows = path_inputs(features, current.baseline, perms)
+        step = self.max_batch[key] or len(rows)
+        limit = asyncio.Semaphore(self.options.explain_concurrency)
+
+        async def score(chunk: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+            async with limit:
+                return await self.triton.infer_scores(model, version, chunk)
+
+        parts = await asyncio.gather(*(score(rows[i:i + step]) for i in range(0, len(rows), step)))
+        found = contributions(np.concatenate(parts), len(item_ids), perms)
+        error = additivity_error(found, scores)
+        if error > ADDITIVITY_TOLERANCE:  # the version answered the same input differently: not explainable
+            raise TritonFailed(f"Triton {model} v{version}: contributions miss the score by {error:.3g} "
+                               f"(tolerance {ADDITIVITY_TOLERANCE}); the model is not deterministic")
+        out = []
+        for i, item in enumerate(item_ids):
+            top = top_features(found.values[i], features[i], current.baseline, self.names, top_k)
+            listed = [asdict(t) for t in top]
+            out.append({"item_id": item, "score": float(scores[i]), "baseline_score": float(found.baseline_scores[i]),
+                        "feature_contributions": listed,
+                        "other_features_contribution": float(found.values[i].sum()) - sum(
+                            t.contribution for t in top),
+                        "top_reason": top_reason(top)})
+        return out
 
     async def _feedback(self, headers: dict[str, str], request_id: str, receive: Receive, send: Send) -> None:
         try:

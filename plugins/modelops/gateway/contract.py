@@ -18,10 +18,12 @@ from __future__ import annotations
 import copy
 import json
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import parse_qsl
 
 import jsonschema_rs
 
@@ -230,12 +232,43 @@ def compile_schema(schema: Mapping[str, Any], *, where: str = "#") -> Check:
     return check
 
 
+_INTEGER = re.compile(r"^-?[0-9]{1,18}$")
+
+
+@dataclass(frozen=True)
+class QueryContract:
+    """The predict query options of ``#/$defs/query`` (``explain``, ``top_k``), read from a query string."""
+
+    properties: Mapping[str, Mapping[str, Any]]
+    check: Check
+    defaults: Mapping[str, Any]
+
+    def parse(self, query_string: bytes) -> tuple[dict[str, Any], Violation | None]:
+        """The options with their defaults, or the first violation (field, rule, value, example).
+
+        ``true``/``false`` become booleans and digits integers where the schema declares those
+        types; anything else stays a string, so the schema names the field and the rule.
+        """
+        given: dict[str, Any] = {}
+        for name, raw in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
+            kind = self.properties.get(name, {}).get("type")
+            if kind == "boolean" and raw in ("true", "false"):
+                given[name] = raw == "true"
+            elif kind == "integer" and _INTEGER.match(raw):
+                given[name] = int(raw)
+            else:
+                given[name] = raw
+        violation = self.check(given, "$") if given else None
+        return {**self.defaults, **given}, violation
+
+
 @dataclass(frozen=True)
 class RequestContract:
     """The compiled contract plus the schema it came from (served in the OpenAPI document)."""
 
     schema: Mapping[str, Any]
     check: Check
+    query: QueryContract | None = None
 
     def validate(self, document: Any) -> Violation | None:
         """The first violation of ``document``, or None when it keeps the contract."""
@@ -256,4 +289,10 @@ def load_contract(path: Path | str = DEFAULT_SCHEMA_FILE) -> RequestContract:
         raise ContractError(f"request schema {path} is not valid JSON: {exc}") from exc
     if not isinstance(schema, dict):
         raise ContractError(f"request schema {path}: must be a JSON object")
-    return RequestContract(schema, compile_schema(schema))
+    query_schema = schema.get("$defs", {}).get("query")
+    query = None
+    if isinstance(query_schema, dict):
+        properties = query_schema.get("properties", {})
+        query = QueryContract(properties, compile_schema(query_schema, where="#/$defs/query"),
+                              {name: spec["default"] for name, spec in properties.items() if "default" in spec})
+    return RequestContract(schema, compile_schema(schema), query)

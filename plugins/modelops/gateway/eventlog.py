@@ -1,9 +1,10 @@
-"""The three event logs of the gateway: spooled records -> Parquet in ``modelops.records`` schemas.
+"""The event logs of the gateway: spooled records -> Parquet in ``modelops.records`` schemas.
 
 Spool records are compact lists (see the ``*_record`` functions); the converters turn a
 segment's records into one Parquet file per UTC hour with exactly the columns of
 :data:`~modelops.records.PREDICTIONS`, :data:`~modelops.records.FEEDBACK` and
-:func:`~modelops.records.scored_samples_schema`. Predictions and scored samples are
+:func:`~modelops.records.scored_samples_schema` (and :data:`~modelops.records.EXPLANATIONS`
+for sampled ``explain=true`` answers). Predictions, scored samples and explanations are
 partitioned by ``ts`` (when served), feedback by ``received_at`` (the client's ``ts``
 may be anything within the token's life).
 
@@ -32,11 +33,11 @@ import pyarrow.parquet as pq
 from modelops.errors import ModelopsError
 from modelops.gateway.spool import GroupCommitter, SegmentWriter, spool_usage
 from modelops.gateway.upload import BlobStore, SegmentConverter, Uploader, iter_hours
-from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS, scored_samples_schema
+from modelops.records import EXPLANATIONS, FEEDBACK, LOG_PREFIXES, PREDICTIONS, scored_samples_schema
 
 log = logging.getLogger(__name__)
 
-KINDS: tuple[str, ...] = ("predictions", "feedback", "scored_samples")
+KINDS: tuple[str, ...] = ("predictions", "feedback", "scored_samples", "explanations")
 
 
 def to_us(epoch_s: float) -> int:
@@ -65,6 +66,12 @@ def scored_record(*, request_id: str, ts: float, model: str, model_version: int,
             np.ascontiguousarray(features, dtype=np.float32).tobytes()]
 
 
+def explanation_record(*, request_id: str, ts: float, model: str, model_version: int,
+                       explanations_json: str) -> list[Any]:
+    """An explanations-log record in :data:`~modelops.records.EXPLANATIONS` column order."""
+    return [request_id, to_us(ts), model, model_version, explanations_json]
+
+
 def _parquet(table: pa.Table) -> bytes:
     sink = io.BytesIO()
     pq.write_table(table, sink, compression="zstd")
@@ -84,6 +91,7 @@ def _rows_converter(schema: pa.Schema, partition_column: int) -> SegmentConverte
 
 convert_predictions = _rows_converter(PREDICTIONS, 2)
 convert_feedback = _rows_converter(FEEDBACK, 3)
+convert_explanations = _rows_converter(EXPLANATIONS, 1)
 
 
 def scored_converter(feature_names: Sequence[str]) -> SegmentConverter:
@@ -148,7 +156,7 @@ class EventLogs:
         self._usage_bytes, self._usage_segments = spool_usage(root) if root.exists() else (0, 0)
         converters: dict[str, SegmentConverter] = {
             "predictions": convert_predictions, "feedback": convert_feedback,
-            "scored_samples": scored_converter(feature_names),
+            "scored_samples": scored_converter(feature_names), "explanations": convert_explanations,
         }
         self.committers: dict[str, GroupCommitter] = {}
         self.uploaders: dict[str, Uploader] = {}

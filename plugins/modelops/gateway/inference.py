@@ -128,10 +128,23 @@ class TritonHTTP:
             TritonUnavailable: unreachable, or the version is not loaded.
             TritonFailed: Triton refused the request or answered something unreadable.
         """
-        request = (f"GET /v2/models/{model}/versions/{version}/stats HTTP/1.1\r\n"
+        return await self._get_json(f"/v2/models/{model}/versions/{version}/stats",
+                                    f"Triton {model} v{version} statistics")
+
+    async def version_config(self, model: str, version: int) -> dict[str, Any]:
+        """The configuration Triton runs a version with (``GET /v2/models/{m}/versions/{v}/config``).
+
+        Raises:
+            TritonUnavailable: unreachable, or the version is not loaded.
+            TritonFailed: Triton refused the request or answered something unreadable.
+        """
+        return await self._get_json(f"/v2/models/{model}/versions/{version}/config",
+                                    f"Triton {model} v{version} config")
+
+    async def _get_json(self, path: str, where: str) -> dict[str, Any]:
+        request = (f"GET {path} HTTP/1.1\r\n"
                    f"Host: {self.host}:{self.port}\r\nContent-Length: 0\r\n\r\n").encode()
         status, _headers, body = await self._exchange(request)
-        where = f"Triton {model} v{version} statistics"
         if status != 200:
             message = body[:300].decode("utf-8", "replace")
             if any(hint in message.lower() for hint in _UNAVAILABLE_HINTS):

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -47,14 +48,23 @@ class LoadedSnapshot:
     user_positions: npt.NDArray[np.int64]
     item_positions: npt.NDArray[np.int64]
     width: int
+    baseline: npt.NDArray[np.float32]  # per feature: the mean over the snapshot's users / items (explain's reference)
 
     @classmethod
     def prepare(cls, snapshot: str, lookup: Any, published_at: float, loaded_at: float) -> LoadedSnapshot:
+        width = len(lookup.names)
+        baseline = np.full(width, np.nan, dtype=np.float32)
+        with warnings.catch_warnings():  # a column without any value keeps NaN (the model imputes it)
+            warnings.simplefilter("ignore", RuntimeWarning)
+            if len(lookup.user_values) > 1:
+                baseline[lookup.user_positions] = np.nanmean(lookup.user_values[:-1], axis=0)
+            if len(lookup.item_values) > 1:
+                baseline[lookup.item_positions] = np.nanmean(lookup.item_values[:-1], axis=0)
         return cls(snapshot, lookup, published_at, loaded_at,
                    {str(k): i for i, k in enumerate(lookup.user_index)},
                    {str(k): i for i, k in enumerate(lookup.item_index)},
                    lookup.user_values, lookup.item_values, lookup.user_positions, lookup.item_positions,
-                   len(lookup.names))
+                   width, baseline)
 
     def matrix(self, user_id: str, item_ids: Sequence[str]) -> npt.NDArray[np.float32]:
         missing_item = len(self.item_values) - 1

@@ -40,7 +40,34 @@ def _error(description: str, headers: Mapping[str, Any] | None = None) -> dict[s
 
 
 def _strip(schema: Mapping[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in schema.items() if k not in {"$schema", "$id"}}
+    return {k: v for k, v in schema.items() if k not in {"$schema", "$id", "$defs"}}
+
+
+def _query_parameters(request_schema: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The predict query options, from the contract's ``#/$defs/query`` (explain, top_k)."""
+    query = request_schema.get("$defs", {}).get("query", {})
+    return [{"name": name, "in": "query", "required": False, "description": spec.get("description", ""),
+             "schema": {k: v for k, v in spec.items() if k not in {"description", "examples"}}}
+            for name, spec in query.get("properties", {}).items()]
+
+
+_CONTRIBUTION = {
+    "type": "object", "required": ["feature", "value", "baseline", "contribution"],
+    "properties": {"feature": {"type": "string"}, "value": {"type": ["number", "null"]},
+                   "baseline": {"type": ["number", "null"]}, "contribution": {"type": "number"}},
+}
+_EXPLANATION = {
+    "type": "object",
+    "required": ["item_id", "score", "baseline_score", "feature_contributions", "other_features_contribution",
+                 "top_reason"],
+    "properties": {
+        "item_id": {"type": "string"}, "score": {"type": "number"}, "baseline_score": {"type": "number"},
+        "feature_contributions": {"type": "array", "items": _CONTRIBUTION,
+                                  "description": "top_k features, largest |contribution| first."},
+        "other_features_contribution": {"type": "number", "description": "The sum of the features not listed."},
+        "top_reason": {"type": "string", "description": "<feature>=<value> (baseline <value>)"},
+    },
+}
 
 
 def build_openapi(request_schema: Mapping[str, Any], *, max_body_bytes: int) -> dict[str, Any]:
@@ -58,6 +85,9 @@ def build_openapi(request_schema: Mapping[str, Any], *, max_body_bytes: int) -> 
             "scores": {"type": "array", "items": {"type": "number"},
                        "description": "One score per requested item, in request order."},
             "feedback_token": {"type": "string"},
+            "explanations": {"type": "array", "items": _EXPLANATION,
+                             "description": "explain=true only: per item, baseline_score + the contributions + "
+                                            "other_features_contribution = score (within 1e-4)."},
         },
     }
     return {
@@ -75,6 +105,7 @@ def build_openapi(request_schema: Mapping[str, Any], *, max_body_bytes: int) -> 
                     {"name": "Inference-Timeout", "in": "header", "required": False,
                      "description": "Milliseconds; lowers the deadline, never raises it past the maximum.",
                      "schema": {"type": "string", "pattern": "^[0-9]+(\\.[0-9]+)?$"}},
+                    *_query_parameters(request_schema),
                 ],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"$ref": "#/components/schemas/PredictRequest"}}}},
@@ -86,6 +117,9 @@ def build_openapi(request_schema: Mapping[str, Any], *, max_body_bytes: int) -> 
                                                     "description": "<sha256[:12]>/<Triton version>"},
                                 "X-Inference-Latency": {"schema": {"type": "string"},
                                                         "description": "Triton round trip, milliseconds."},
+                                "X-Delay-Origin": {"schema": {"enum": ["gateway", "feature_lookup", "triton_queue",
+                                                                       "triton_compute"]},
+                                                   "description": "Where most of the request's time went."},
                             },
                             "content": {"application/json": {"schema": predict_ok}}},
                     "400": _error("Contract violation (names field, rule and value) or malformed JSON."),

@@ -4,7 +4,8 @@ Used by the gateway tests, ``bench/gateway.py`` and ``bench/prometheus.py``.
 The model is a python-backend Triton model with input ``features`` FP32 ``[n, 128]`` and
 output ``score`` FP32 ``[n, 1]`` (the ensemble contract): a sigmoid of a fixed weighted
 sum, different per version; the ``delay_s`` parameter makes it slow and ``flat`` makes it
-answer 0.5 for everything (a collapsed model).
+answer 0.5 for everything (a collapsed model); ``focus`` (a feature index) makes the score
+depend mostly on that one feature, through a steep sigmoid (explain's tests).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ class TritonPythonModel:
         params = {k: v["string_value"] for k, v in config.get("parameters", {}).items()}
         self.delay_s = float(params.get("delay_s", "0"))
         self.flat = params.get("flat", "0") == "1"
+        self.focus = int(params.get("focus", "-1"))
         j = np.arange(128)
         self.w = ((((j * 7 + self.version) % 11) - 5) / 25.0).astype(np.float32)
 
@@ -38,6 +40,8 @@ class TritonPythonModel:
         for request in requests:
             x = pb_utils.get_input_tensor_by_name(request, "features").as_numpy()
             z = np.nan_to_num(x, nan=0.0) @ self.w
+            if self.focus >= 0:
+                z = 8.0 * (np.nan_to_num(x[:, self.focus], nan=0.5) - 0.5) + 0.05 * z
             s = np.full_like(z, 0.5) if self.flat else 1.0 / (1.0 + np.exp(-z))
             if self.delay_s:
                 time.sleep(self.delay_s)
@@ -55,17 +59,19 @@ output [ {{ name: "score" data_type: TYPE_FP32 dims: [ -1, 1 ] }} ]
 instance_group [ {{ kind: KIND_CPU count: 1 }} ]
 parameters: {{ key: "delay_s" value: {{ string_value: "{delay_s}" }} }}
 parameters: {{ key: "flat" value: {{ string_value: "{flat}" }} }}
+parameters: {{ key: "focus" value: {{ string_value: "{focus}" }} }}
 '''
 
 
 def write_test_model(repository: Path, name: str, versions: Sequence[int], *, delay_s: float = 0.0,
-                     flat: bool = False) -> None:
+                     flat: bool = False, focus: int = -1) -> None:
     """A python-backend model ``name`` with the given versions in a Triton repository folder."""
     folder = repository / name
     for version in versions:
         (folder / str(version)).mkdir(parents=True, exist_ok=True)
         (folder / str(version) / "model.py").write_text(MODEL_PY)
-    (folder / "config.pbtxt").write_text(CONFIG.format(name=name, delay_s=delay_s, flat="1" if flat else "0"))
+    (folder / "config.pbtxt").write_text(CONFIG.format(name=name, delay_s=delay_s, flat="1" if flat else "0",
+                                                           focus=focus))
 
 
 def feature_tables(seed: int = 7, n_users: int = 60, n_items: int = 120) -> tuple[pd.DataFrame, pd.DataFrame]:

@@ -1,0 +1,168 @@
+"""Benchmark: predict with ``explain=true`` vs the same predict without it (the anchor), 20 items.
+
+Needs a running stack (``modelops stack up``: Triton and the object store). The script
+serves two models of different shape: the ONNX pipeline of the serving tests, published
+like a release (an ensemble with ``max_batch_size`` 64, so one explanation is many
+batched Triton calls) and a python-backend model (``max_batch_size`` 0: one call), and
+starts a gateway (one worker) on a free port. Each round sends ``--requests`` requests
+per contender, alternating plain / explained request by request, from one client at
+concurrency 1. Prints load at start and end, per round p50 / p99 / throughput, the
+medians over the rounds and, last, the p50 ratio explain / plain per model (goal <= 3).
+
+Only the explain part of issue 14's benchmark: precomputed predictions and queue-driven
+scaling are not built yet.
+
+    .venv/bin/python bench/serving_features.py --requests 50 --rounds 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "plugins"))
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def setup(run: str) -> tuple[str, str]:
+    """Serve the two models and route them; returns (pipeline, python model) names."""
+    from modelops.config import settings
+    from modelops.example.tables import publish_feature_tables
+    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.gateway.testing import feature_tables, write_test_model
+    from modelops.objectstore import ObjectStore
+    from modelops.serving.publisher import Provenance, publish_artifacts
+    from modelops.serving.testing import fixture_artifacts
+    from modelops.serving.triton import TritonClient
+
+    cfg = settings()
+    store = ObjectStore.from_settings(cfg)
+    store.ensure_bucket()
+    pipeline, python_model = f"benchexpipe_{run}", f"benchexpy_{run}"
+    published = publish_artifacts(pipeline, fixture_artifacts(7), Provenance(owner="bench"), cfg=cfg, store=store)
+    write_test_model(cfg.home / "triton" / "repository", python_model, [1], focus=70)
+    TritonClient(cfg.triton_http_url).load(python_model)
+    users, items = feature_tables(n_users=200, n_items=500)
+    publish_feature_tables(store, f"bench-{run}", users, items)
+    store.put_bytes(routes_key(pipeline), serialize_routes(Routes(
+        pipeline, 1, VersionRef(published.triton_version, published.sha256), None, 0.0, "", "bench")))
+    store.put_bytes(routes_key(python_model), serialize_routes(Routes(
+        python_model, 1, VersionRef(1, "b" * 64), None, 0.0, "", "bench")))
+    return pipeline, python_model
+
+
+def teardown(pipeline: str, python_model: str) -> None:
+    from modelops.config import settings
+    from modelops.errors import ServingError
+    from modelops.gateway.routes import routes_key
+    from modelops.objectstore import ObjectStore
+    from modelops.serving.pbtxt import step_names
+    from modelops.serving.triton import TritonClient
+
+    cfg = settings()
+    client, store = TritonClient(cfg.triton_http_url), ObjectStore.from_settings(cfg)
+    for name in (pipeline, python_model):
+        store.delete(routes_key(name))
+    with contextlib.suppress(ServingError):
+        client.unload(python_model)
+        for triton_model in step_names(pipeline).values():
+            if client.ready_versions(triton_model):
+                client.unload(triton_model)
+    shutil.rmtree(cfg.home / "triton" / "repository" / python_model, ignore_errors=True)
+
+
+def start_gateway(port: int, base: Path) -> subprocess.Popen[bytes]:
+    import requests
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "plugins"), env.get("PYTHONPATH", "")) if p)
+    with (base / "gateway.log").open("ab") as handle:
+        proc = subprocess.Popen([sys.executable, "-m", "modelops.gateway", "serve", "--port", str(port),
+                                 "--workers", "1", "--spool-dir", str(base / "spool"), "--max-deadline-ms", "10000"],
+                                env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        with contextlib.suppress(requests.RequestException):
+            if requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).status_code == 200:
+                return proc
+        time.sleep(0.2)
+    proc.kill()
+    raise SystemExit(f"gateway did not start: {(base / 'gateway.log').read_text()[-2000:]}")
+
+
+def one_round(url: str, model: str, n: int, items: int) -> dict[str, tuple[float, float, float]]:
+    """Alternating plain / explain requests; per contender (p50 ms, p99 ms, requests per second)."""
+    import requests
+
+    session = requests.Session()
+    latencies: dict[str, list[float]] = {"plain": [], "explain": []}
+    for k in range(n):
+        body = {"user_id": f"u_{k % 200:04d}", "item_ids": [f"i_{(k * 7 + j) % 500:04d}" for j in range(items)],
+                "timestamp": 1764460800}
+        for kind, query in (("plain", ""), ("explain", "?explain=true")):
+            started = time.perf_counter()
+            response = session.post(f"{url}/v1/models/{model}/predict{query}", json=body, timeout=30)
+            latencies[kind].append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200:
+                raise SystemExit(f"{model} {kind}: HTTP {response.status_code} {response.text[:300]}")
+    return {kind: (float(np.percentile(v, 50)), float(np.percentile(v, 99)), 1000.0 * len(v) / sum(v))
+            for kind, v in latencies.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--requests", type=int, default=50, help="requests per contender per round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--items", type=int, default=20)
+    args = parser.parse_args()
+    print(f"load at start: {os.getloadavg()}")
+    run = uuid.uuid4().hex[:8]
+    pipeline, python_model = setup(run)
+    base = Path(tempfile.mkdtemp(prefix="bench-explain-"))
+    port = _free_port()
+    proc = start_gateway(port, base)
+    ratios: dict[str, float] = {}
+    try:
+        url = f"http://127.0.0.1:{port}"
+        for model in (pipeline, python_model):
+            one_round(url, model, 3, args.items)  # warm-up: connections, model config, statistics
+            rounds = [one_round(url, model, args.requests, args.items) for _ in range(args.rounds)]
+            for r, figures in enumerate(rounds):
+                print(f"{model} round {r + 1}: " + ", ".join(
+                    f"{kind} p50 {p50:.1f} ms p99 {p99:.1f} ms {rps:.1f} req/s"
+                    for kind, (p50, p99, rps) in figures.items()))
+            medians = {kind: [statistics.median(r[kind][i] for r in rounds) for i in range(3)]
+                       for kind in ("plain", "explain")}
+            print(f"{model} medians of {args.rounds} rounds: " + ", ".join(
+                f"{kind} p50 {m[0]:.1f} ms p99 {m[1]:.1f} ms {m[2]:.1f} req/s" for kind, m in medians.items()))
+            ratios[model] = medians["explain"][0] / medians["plain"][0]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        teardown(pipeline, python_model)
+        shutil.rmtree(base, ignore_errors=True)
+        print(f"load at end: {os.getloadavg()}")
+    for model, ratio in ratios.items():
+        print(f"p50 explain / plain ({args.items} items) {model}: {ratio:.2f}x (goal <= 3)")
+
+
+if __name__ == "__main__":
+    main()

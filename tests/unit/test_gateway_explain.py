@@ -1,0 +1,94 @@
+"""Shapley sampling's pure parts: the path inputs, the contributions, additivity, the top features and reason."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from modelops.gateway.explain import (
+    ADDITIVITY_TOLERANCE,
+    Contribution,
+    additivity_error,
+    contributions,
+    path_inputs,
+    permutations,
+    top_features,
+    top_reason,
+)
+
+
+def score(rows: np.ndarray) -> np.ndarray:
+    """A non-additive model: an interaction, a sigmoid, and a feature it ignores (index 3)."""
+    z = 2.0 * rows[:, 0] - rows[:, 1] + 1.5 * rows[:, 0] * rows[:, 2]
+    return (1.0 / (1.0 + np.exp(-z))).astype(np.float32)
+
+
+def test_permutations_are_antithetic_pairs_of_every_feature() -> None:
+    perms = permutations(5, 4, seed=3)
+    assert perms.shape == (4, 5)
+    for perm in perms:
+        assert sorted(perm.tolist()) == [0, 1, 2, 3, 4]
+    np.testing.assert_array_equal(perms[1], perms[0][::-1])
+    np.testing.assert_array_equal(perms[3], perms[2][::-1])
+    np.testing.assert_array_equal(permutations(5, 4, seed=3), perms)  # reproducible
+    with pytest.raises(ValueError, match="at least one permutation"):
+        permutations(5, 0, seed=1)
+
+
+def test_path_inputs_switch_one_feature_per_step_in_permutation_order() -> None:
+    x = np.array([[1.0, 2.0, 3.0]], dtype=np.float32)
+    baseline = np.zeros(3, dtype=np.float32)
+    rows = path_inputs(x, baseline, np.array([[2, 0, 1]]))
+    np.testing.assert_array_equal(rows, [[0, 0, 0], [0, 0, 3], [1, 0, 3], [1, 2, 3]])
+
+
+def test_contributions_add_up_to_score_minus_baseline_for_any_model() -> None:
+    rng = np.random.default_rng(0)
+    x = rng.random((6, 4)).astype(np.float32)
+    x[2, 1] = np.nan  # an unknown feature travels as NaN, as scored
+    x = np.nan_to_num(x, nan=0.0)  # the toy model has no imputation
+    baseline = np.full(4, 0.5, dtype=np.float32)
+    perms = permutations(4, 6, seed=1)
+    c = contributions(score(path_inputs(x, baseline, perms)), 6, perms)
+    assert additivity_error(c, score(x)) < ADDITIVITY_TOLERANCE
+    np.testing.assert_allclose(c.baseline_scores, score(baseline[None, :])[0], atol=1e-7)
+    np.testing.assert_allclose(c.values[:, 3], 0.0, atol=1e-12)  # a feature the model ignores gets nothing
+
+
+def test_with_every_permutation_it_is_the_exact_shapley_value() -> None:
+    from itertools import permutations as all_orders
+
+    x = np.array([[0.9, 0.1, 0.8, 0.3]], dtype=np.float32)
+    baseline = np.full(4, 0.5, dtype=np.float32)
+    perms = np.array(list(all_orders(range(4))))
+    exact = contributions(score(path_inputs(x, baseline, perms)), 1, perms).values[0]
+    sampled = contributions(score(path_inputs(x, baseline, permutations(4, 8, seed=2))), 1,
+                            permutations(4, 8, seed=2)).values[0]
+    assert np.argmax(np.abs(exact)) == 0 == np.argmax(np.abs(sampled))
+    np.testing.assert_allclose(sampled, exact, atol=0.02)
+    # a linear model's Shapley value is w * (x - b), whatever the permutations
+    def linear(rows: np.ndarray) -> np.ndarray:
+        return (rows @ np.array([1.0, -2.0, 0.5, 0.0])).astype(np.float32)
+
+    one = permutations(4, 1, seed=9)
+    values = contributions(linear(path_inputs(x, baseline, one)), 1, one).values[0]
+    np.testing.assert_allclose(values, [0.4, 0.8, 0.15, 0.0], atol=1e-6)
+
+
+def test_contributions_refuse_a_wrong_number_of_scores() -> None:
+    with pytest.raises(ValueError, match="7 scores for 1 items x 1 permutations x 4 steps"):
+        contributions(np.zeros(7, dtype=np.float32), 1, permutations(3, 1, seed=0))
+
+
+def test_top_features_and_reason() -> None:
+    names = ["user_click_rate_7d", "item_price", "item_age"]
+    top = top_features(np.array([0.31, -0.40, 0.31]), np.array([0.82, np.nan, 3.0], dtype=np.float32),
+                       np.array([0.45, 12.5, 2.0], dtype=np.float32), names, 2)
+    assert [t.feature for t in top] == ["item_price", "user_click_rate_7d"]  # |-0.40| first; ties: feature order
+    assert math.isnan(top[0].value) and top[1].contribution == pytest.approx(0.31)
+    assert top_reason(top) == "item_price=missing (baseline 12.5)"
+    assert top_reason([Contribution("user_click_rate_7d", 0.82, 0.45, 0.2)]) == \
+        "user_click_rate_7d=0.82 (baseline 0.45)"
+    assert top_reason([]) == "no feature contributes"
