@@ -1,13 +1,14 @@
 """A release through the real ``model_release`` DAG survives a SIGKILL of the process under it.
 
 - The Airflow scheduler is SIGKILLed (with its LocalExecutor workers, which run the task)
-  while ``publish`` runs, after the version's integer was allocated in the version index;
-  the stack's own ``stack up`` starts the scheduler again. The new scheduler resets the
-  orphaned task, the publish runs again (idempotent by SHA-256) and the release completes —
-  or it fails cleanly and a re-trigger completes.
+  while ``publish`` runs: its integer allocated in the version index, its files uploaded,
+  the model's load lock held while Triton loads the version. The stack's own ``stack up``
+  starts the scheduler again; the new scheduler resets the orphaned task, the publish runs
+  again (idempotent by SHA-256; it takes over the dead process's lock at once) and the
+  release completes — or it fails cleanly and its re-run completes.
 - Triton is SIGKILLed while the canary runs under traffic; ``stack up`` starts it again
   (what a supervisor does) and the reconciler reloads the routed stable and canary. The
-  release ends promoted or rolled back by itself (or fails cleanly and a re-trigger ends it).
+  release ends promoted or rolled back by itself (or fails cleanly and its re-run ends it).
 
 Afterwards there is never a half state: MLflow stage and aliases, the routes documents and
 Triton's served versions agree, the version index holds one entry per SHA-256, and a
@@ -162,7 +163,8 @@ def test_scheduler_sigkilled_during_publish(airflow: AirflowClient, stack_settin
                                             world: dict[str, Any]) -> None:
     import psutil
 
-    from modelops.serving.index_store import S3ConditionalStore, read_index
+    from modelops.serving.holds import holds_prefix
+    from modelops.serving.index_store import S3ConditionalStore, lock_key, read_index
 
     model = world["model"]
     version = _register(world, mlflow_uri)
@@ -170,16 +172,26 @@ def test_scheduler_sigkilled_during_publish(airflow: AirflowClient, stack_settin
     run_id = _trigger(airflow, model, version)
 
     def publishing() -> dict[str, Any]:
-        """The publish task instance once it runs and has allocated the version's integer in the index."""
-        states = _states(airflow, run_id)
-        if states.get("publish") not in (None, "scheduled", "queued", "running"):
-            pytest.fail(f"the publish was not caught running: {states}")  # BaseException: ends the wait at once
-        if states.get("publish") != "running":
-            return {}
-        index, _ = read_index(S3ConditionalStore(object_store), model)
-        return _tasks(airflow, run_id)["publish"] if index.versions else {}
+        """The publish task instance once it runs."""
+        ti = _tasks(airflow, run_id).get("publish", {})
+        if ti.get("state") not in (None, "scheduled", "queued", "running"):
+            pytest.fail(f"the publish was not caught running: {_states(airflow, run_id)}")  # ends the wait at once
+        return ti if ti.get("state") == "running" else {}
 
-    ti = wait_for(publishing, RELEASE_S, "the publish task runs and has allocated its version", poll_s=0.1)
+    ti = wait_for(publishing, RELEASE_S, "the publish task runs", poll_s=0.2)
+    asked = [time.monotonic()]
+
+    def loading() -> bool:
+        """The publish has allocated, uploaded and holds the model's load lock while Triton loads the version."""
+        if object_store.list_keys(holds_prefix(model)) and object_store.exists(lock_key(model)):
+            return True
+        if time.monotonic() - asked[0] > 1.0:  # still running? (an S3 poll is cheap, an Airflow one is not)
+            asked[0] = time.monotonic()
+            if _states(airflow, run_id).get("publish") != "running":
+                pytest.fail(f"the publish ended before it was caught loading: {_states(airflow, run_id)}")
+        return False
+
+    wait_for(loading, 120, "the publish loads its version on Triton", poll_s=0.02)
     scheduler = service_pid(stack_settings, "airflow-scheduler")
     assert scheduler is not None
     family = {scheduler, *(p.pid for p in psutil.Process(scheduler).children(recursive=True))}
@@ -187,12 +199,15 @@ def test_scheduler_sigkilled_during_publish(airflow: AirflowClient, stack_settin
     killed_at = time.monotonic()
     kill_service(stack_settings, "airflow-scheduler", signal.SIGKILL)
     assert not [pid for pid in family if _alive(pid)], "the scheduler's task processes died with it"
+    index, _ = read_index(S3ConditionalStore(object_store), model)
+    assert len(index.versions) == 1, f"the killed publish allocated its integer: {dict(index.versions)}"
+    assert object_store.exists(lock_key(model)), "killed holding the model's load lock (its successor takes it over)"
     killed_wall = time.time()
     launcher.up(stack_settings, progress=lambda line: None, only=["airflow-scheduler"])
     wait_for(lambda: _scheduler_heartbeat(airflow) > killed_wall, 120, "the new scheduler heartbeats")
     restarted_s = time.monotonic() - killed_at
     print(f"publish running {killed_at - started:.1f} s after the trigger (try {ti.get('try_number')}): "
-          f"scheduler SIGKILLed, a new one heartbeating {restarted_s:.1f} s later")
+          f"scheduler SIGKILLed while the publish held the load lock, a new one heartbeating {restarted_s:.1f} s later")
 
     how = _finish(airflow, run_id)
     ended_s = time.monotonic() - killed_at
