@@ -1,9 +1,10 @@
 """Benchmark: predict with ``explain=true`` vs the same predict without it (the anchor), 20 items.
 
 Needs a running stack (``modelops stack up``: Triton and the object store). The script
-serves two models of different shape: the ONNX pipeline of the serving tests, published
-like a release (an ensemble with ``max_batch_size`` 64, so one explanation is many
-batched Triton calls) and a python-backend model (``max_batch_size`` 0: one call), and
+serves two models of different shape: the reference model (``modelops.example``'s MLP,
+trained small), published like a release (an ensemble with ``max_batch_size`` 64, so one
+explanation is many batched Triton calls) and a python-backend model (``max_batch_size``
+0: one call), and
 starts a gateway (one worker) on a free port. Each round sends ``--requests`` requests
 per contender, alternating plain / explained request by request, from one client at
 concurrency 1. Prints load at start and end, per round p50 / p99 / throughput, the
@@ -28,6 +29,7 @@ import sys
 import tempfile
 import time
 import uuid
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -45,19 +47,24 @@ def _free_port() -> int:
 def setup(run: str) -> tuple[str, str]:
     """Serve the two models and route them; returns (pipeline, python model) names."""
     from modelops.config import settings
+    from modelops.example.synthetic import WorldSpec
     from modelops.example.tables import publish_feature_tables
+    from modelops.example.train import TrainSpec, train
     from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.gateway.testing import feature_tables, write_test_model
     from modelops.objectstore import ObjectStore
+    from modelops.serving.builder import Artifacts
     from modelops.serving.publisher import Provenance, publish_artifacts
-    from modelops.serving.testing import fixture_artifacts
     from modelops.serving.triton import TritonClient
 
     cfg = settings()
     store = ObjectStore.from_settings(cfg)
     store.ensure_bucket()
     pipeline, python_model = f"benchexpipe_{run}", f"benchexpy_{run}"
-    published = publish_artifacts(pipeline, fixture_artifacts(7), Provenance(owner="bench"), cfg=cfg, store=store)
+    reference = train(TrainSpec(world=replace(WorldSpec(), n_requests=1500), hidden=(16,), max_iter=25))
+    published = publish_artifacts(pipeline, Artifacts(reference.preprocess_onnx, reference.model_onnx,
+                                                      reference.variant_json),
+                                  Provenance(owner="bench"), cfg=cfg, store=store)
     write_test_model(cfg.home / "triton" / "repository", python_model, [1], focus=70)
     TritonClient(cfg.triton_http_url).load(python_model)
     users, items = feature_tables(n_users=200, n_items=500)
@@ -89,14 +96,15 @@ def teardown(pipeline: str, python_model: str) -> None:
     shutil.rmtree(cfg.home / "triton" / "repository" / python_model, ignore_errors=True)
 
 
-def start_gateway(port: int, base: Path) -> subprocess.Popen[bytes]:
+def start_gateway(port: int, base: Path, extra: list[str]) -> subprocess.Popen[bytes]:
     import requests
 
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "plugins"), env.get("PYTHONPATH", "")) if p)
     with (base / "gateway.log").open("ab") as handle:
         proc = subprocess.Popen([sys.executable, "-m", "modelops.gateway", "serve", "--port", str(port),
-                                 "--workers", "1", "--spool-dir", str(base / "spool"), "--max-deadline-ms", "10000"],
+                                 "--workers", "1", "--spool-dir", str(base / "spool"), "--max-deadline-ms", "10000",
+                                 *extra],
                                 env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT)
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
@@ -132,13 +140,16 @@ def main() -> None:
     parser.add_argument("--requests", type=int, default=50, help="requests per contender per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--items", type=int, default=20)
+    parser.add_argument("--explain-permutations", type=int, default=2)
+    parser.add_argument("--explain-concurrency", type=int, default=8)
     args = parser.parse_args()
     print(f"load at start: {os.getloadavg()}")
     run = uuid.uuid4().hex[:8]
     pipeline, python_model = setup(run)
     base = Path(tempfile.mkdtemp(prefix="bench-explain-"))
     port = _free_port()
-    proc = start_gateway(port, base)
+    proc = start_gateway(port, base, ["--explain-permutations", str(args.explain_permutations),
+                                      "--explain-concurrency", str(args.explain_concurrency)])
     ratios: dict[str, float] = {}
     try:
         url = f"http://127.0.0.1:{port}"

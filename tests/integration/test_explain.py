@@ -1,9 +1,10 @@
 """explain=true against the real stack: Shapley sampling scored by the Triton version that scored the request.
 
-Two differently shaped models: the published ONNX pipeline of the serving tests (an
-ensemble of preprocess + linear model, ``max_batch_size`` 64, so an explanation is many
-batched calls) and a python-backend model built to depend on one feature (a steep sigmoid
-of it, ``max_batch_size`` 0: one call), with a canary version. For each, the listed
+Two differently shaped models: the reference model (``modelops.example``'s MLP, trained
+small, published as a release publishes it: an ensemble of preprocess + MLP,
+``max_batch_size`` 64, so an explanation is many batched calls) and a python-backend model
+built to depend on one feature (a steep sigmoid of it, ``max_batch_size`` 0: one call),
+with a canary version. For each, the listed
 contributions plus the rest plus the baseline score add up to the score within the stated
 tolerance; the top feature of the second is the one it was built on; ``explain=false``
 answers are byte-identical to answers without the option.
@@ -18,6 +19,7 @@ import shutil
 import time
 import uuid
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 import pyarrow.parquet as pq
@@ -26,16 +28,18 @@ import requests
 
 from modelops.config import Settings
 from modelops.errors import ServingError
+from modelops.example.synthetic import WorldSpec
 from modelops.example.tables import publish_feature_tables
+from modelops.example.train import TrainSpec, train
 from modelops.features import feature_names, load_features
 from modelops.gateway.explain import ADDITIVITY_TOLERANCE
 from modelops.gateway.routes import Routes, VersionRef, choose_version, routes_key, serialize_routes
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.objectstore import ObjectStore
 from modelops.records import EXPLANATIONS, LOG_PREFIXES
+from modelops.serving.builder import Artifacts
 from modelops.serving.pbtxt import step_names
 from modelops.serving.publisher import Provenance, publish_artifacts
-from modelops.serving.testing import fixture_artifacts
 from modelops.serving.triton import TritonClient
 from tests.integration.test_gateway import GatewayProcess, _log_rows, free_port, gateway_env, good_body
 
@@ -54,8 +58,10 @@ def served(stack_settings: Settings, object_store: ObjectStore, triton_url: str)
     write_test_model(repository, FOCUS, [1, 2], focus=NAMES.index(FOCUS_FEATURE))
     triton = TritonClient(triton_url)
     triton.load(FOCUS)
-    published = publish_artifacts(PIPELINE, fixture_artifacts(41), Provenance(owner="tests"), cfg=stack_settings,
-                                  store=object_store)
+    reference = train(TrainSpec(world=replace(WorldSpec(), n_requests=1500), hidden=(16,), max_iter=25))
+    published = publish_artifacts(PIPELINE, Artifacts(reference.preprocess_onnx, reference.model_onnx,
+                                                      reference.variant_json),
+                                  Provenance(owner="tests"), cfg=stack_settings, store=object_store)
     object_store.ensure_bucket()
     users, items = feature_tables()
     publish_feature_tables(object_store, f"extest-{RUN}", users, items)

@@ -92,3 +92,18 @@ def test_top_features_and_reason() -> None:
     assert top_reason([Contribution("user_click_rate_7d", 0.82, 0.45, 0.2)]) == \
         "user_click_rate_7d=0.82 (baseline 0.45)"
     assert top_reason([]) == "no feature contributes"
+
+
+def test_the_baseline_is_the_mean_of_the_snapshots_users_and_items_per_feature() -> None:
+    from modelops.example.tables import FeatureLookup
+    from modelops.gateway.onlinefeatures import LoadedSnapshot
+    from modelops.gateway.testing import feature_tables
+
+    users, items = feature_tables(n_users=20, n_items=30)  # user row 3 has one NaN
+    snapshot = LoadedSnapshot.prepare("s1", FeatureLookup.from_frames(users, items), 0.0, 0.0)
+    by_name = dict(zip(snapshot.lookup.names, snapshot.baseline, strict=True))
+    for column in users.columns[1:]:
+        assert by_name[column] == pytest.approx(float(users[column].mean(skipna=True)), rel=1e-6)
+    for column in items.columns[1:]:
+        assert by_name[column] == pytest.approx(float(items[column].mean()), rel=1e-6)
+    assert snapshot.baseline.dtype == np.float32 and not np.isnan(snapshot.baseline).any()
