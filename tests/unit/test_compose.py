@@ -39,7 +39,7 @@ def test_no_password_is_baked_in(tmp_path: Path) -> None:
     empty.write_text("")
     result = _config(ROOT / "docker-compose.yml", empty)
     assert result.returncode != 0
-    assert re.search(r"set [A-Z_]+ in \.env", result.stderr), result.stderr
+    assert re.search(r"set [A-Z0-9_]+ in \.env", result.stderr), result.stderr
 
 
 @pytest.mark.parametrize("breakage", ["unknown_dependency", "bad_key"])
