@@ -145,7 +145,8 @@ def direct_bodies(lookup: Any, requests: list[dict[str, Any]]) -> list[tuple[byt
 def rejection_cost_in_process(n: int) -> float:
     """Median microseconds the ASGI app spends on a contract rejection (no HTTP, no network)."""
     from modelops.config import settings
-    from modelops.gateway.app import Gateway, GatewayOptions
+    from modelops.gateway.app import Gateway
+    from modelops.gateway.options import GatewayOptions
     from modelops.gateway.routes import Routes, VersionRef
 
     with tempfile.TemporaryDirectory() as spool:

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import json
 import logging
 import math
@@ -22,8 +21,6 @@ import re
 import sys
 import time
 import uuid
-from collections.abc import Awaitable, Callable, MutableMapping
-from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -33,10 +30,9 @@ import numpy as np
 import numpy.typing as npt
 
 from modelops.config import Settings, settings
-from modelops.errors import ContractError, ModelopsError, ObjectStoreError
 from modelops.features import feature_names, load_features
 from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
-from modelops.gateway.delay import LoopLag, TritonDelays, TritonShare, origin, parse_stats, server_timing, split
+from modelops.gateway.delay import LoopLag, RequestTiming, TritonDelays, origin
 from modelops.gateway.eventlog import (
     EventLogs,
     SpoolConfig,
@@ -45,26 +41,28 @@ from modelops.gateway.eventlog import (
     prediction_record,
     scored_record,
 )
-from modelops.gateway.explain import (
-    ADDITIVITY_TOLERANCE,
-    additivity_error,
-    contributions,
-    path_inputs,
-    permutations,
-    top_features,
-    top_reason,
+from modelops.gateway.explaining import explain_items
+from modelops.gateway.http import (
+    HTTPError,
+    Receive,
+    Scope,
+    Send,
+    error,
+    headers_of,
+    respond,
+    respond_json,
+    sampled,
 )
 from modelops.gateway.inference import TritonFailed, TritonHTTP, TritonUnavailable
-from modelops.gateway.metrics import CollapseWatch, Labels, Registry, ScoreWindow, route_weights
+from modelops.gateway.metrics import CollapseWatch, Labels, ScoreWindow
 from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
 from modelops.gateway.openapi import FEEDBACK_SCHEMA, build_openapi
+from modelops.gateway.options import GatewayOptions
+from modelops.gateway.pollers import GatewayPollers
 from modelops.gateway.routes import (
-    ROUTES_PREFIX,
     Routes,
     VersionRef,
     choose_version,
-    load_routes,
-    model_from_key,
     routes_to_dict,
     user_hash,
 )
@@ -72,16 +70,8 @@ from modelops.gateway.spool import SpoolFull
 from modelops.gateway.tokens import TokenClaims, TokenExpired, TokenInvalid, issue_token, resolve_secret, verify_token
 from modelops.objectstore import ObjectStore
 
-Scope = MutableMapping[str, Any]
-Message = MutableMapping[str, Any]
-Receive = Callable[[], Awaitable[Message]]
-Send = Callable[[Message], Awaitable[None]]
-
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("modelops.gateway.access")
-
-OPTIONS_ENV = "_MODELOPS_GATEWAY_OPTIONS"
-"""Internal: how ``modelops gateway serve`` hands its options to uvicorn's worker processes."""
 
 _PREDICT = re.compile(r"^/v1/models/([A-Za-z0-9_.-]{1,128})/predict$")
 _REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
@@ -90,73 +80,7 @@ _JSON_ENCODE = msgspec.json.Encoder().encode
 _JSON_DECODE = msgspec.json.Decoder().decode
 
 
-@dataclass(frozen=True)
-class GatewayOptions:
-    """Gateway tuning; module defaults until they become settings (see the report to the lead)."""
-
-    max_body_bytes: int = 2 * 1024 * 1024
-    max_deadline_ms: float = 2000.0
-    routes_poll_s: float = 0.5
-    features_poll_s: float = 5.0
-    retry_after_s: int = 1
-    collapse_threshold: float = 0.005
-    collapse_hold_s: float = 300.0
-    collapse_min_scores: int = 50
-    score_window_s: int = 60
-    segment_max_bytes: int = 8 * 1024 * 1024
-    segment_max_age_s: float = 10.0
-    spool_budget_bytes: int = 1024 * 1024 * 1024
-    spool_dir: str = ""  # empty: <MODELOPS_HOME>/gateway/spool
-    triton_stats_poll_s: float = 1.0  # Triton's per-version statistics, for the delay origin's queue/compute split
-    drill_feature_delay_ms: float = 0.0  # fault drill: added to every feature lookup (tests of X-Delay-Origin)
-    explain_permutations: int = 2  # Shapley sampling: permutations per item (antithetic pairs) for explain=true
-    explain_concurrency: int = 8  # Triton calls in flight per explained request
-
-    def to_env(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_env(cls) -> GatewayOptions:
-        raw = os.environ.get(OPTIONS_ENV)
-        return cls(**json.loads(raw)) if raw else cls()
-
-
-class HTTPError(Exception):
-    """An answer other than 2xx, raised inside a handler."""
-
-    def __init__(self, status: int, body: dict[str, Any], headers: list[tuple[bytes, bytes]] | None = None) -> None:
-        super().__init__(body.get("message", ""))
-        self.status = status
-        self.body = body
-        self.headers = headers or []
-
-
-def _error(status: int, error: str, message: str, **extra: Any) -> HTTPError:
-    return HTTPError(status, {"error": error, "message": message, **extra})
-
-
-@dataclass
-class _Timing:
-    started: float = field(default_factory=time.perf_counter)
-    features_s: float = 0.0
-    inference_s: float = 0.0
-    share: TritonShare | None = None  # Triton's recent per-request queue/compute means of the called version
-    loop_lag_s: float = 0.0  # the event loop's lag when the Triton call ended
-    calls_ahead: int = 0  # calls to the same version in flight when this one started
-
-    def total_s(self) -> float:
-        return time.perf_counter() - self.started
-
-    def parts(self) -> dict[str, float]:
-        """Seconds per delay origin so far (modelops.gateway.delay.split)."""
-        return split(self.total_s(), self.features_s, self.inference_s, self.share, self.loop_lag_s,
-                     self.calls_ahead)
-
-    def headers(self, parts: dict[str, float]) -> list[tuple[bytes, bytes]]:
-        return [(b"x-delay-origin", origin(parts).encode()), (b"server-timing", server_timing(parts).encode())]
-
-
-class Gateway:
+class Gateway(GatewayPollers):
     """The ASGI application. Build with :func:`create_app`."""
 
     def __init__(self, cfg: Settings, options: GatewayOptions) -> None:
@@ -188,58 +112,6 @@ class Gateway:
         self._tasks: list[asyncio.Task[None]] = []
         self._init_metrics()
 
-    # ------------------------------------------------------------------ metrics
-    def _init_metrics(self) -> None:
-        r = self.registry = Registry()
-        self.m_requests = r.counter("modelops_gateway_requests_total",
-                                    "Answered predictions by model, Triton version and status code.")
-        self.m_errors = r.counter("modelops_gateway_errors_total",
-                                  "Failed predictions by model, version ('none' before routing) and class "
-                                  "(contract, upstream, timeout, unavailable).")
-        self.m_latency = r.histogram("modelops_gateway_request_duration_seconds",
-                                     "Prediction latency inside the gateway by model and version.")
-        self.m_latency_origin = r.histogram("modelops_gateway_request_duration_by_origin_seconds",
-                                            "Prediction latency by model and delay origin (the part with the "
-                                            "most time: gateway, feature_lookup, triton_queue, triton_compute).")
-        self.m_delay = r.histogram("modelops_gateway_delay_seconds",
-                                   "Time of each prediction spent in each delay origin, by model and origin.")
-        self.m_feedback = r.counter("modelops_gateway_feedback_events_total",
-                                    "Accepted feedback events by model, version and action.")
-        self.m_feedback_rejected = r.counter("modelops_gateway_feedback_rejected_total",
-                                             "Refused feedback by reason.")
-        self.m_std = r.gauge("ml_prediction_std", "Rolling std of prediction scores by model and version.")
-        self.m_max = r.gauge("ml_prediction_max", "Rolling max of prediction scores by model and version.")
-        self.m_collapse = r.gauge("ml_prediction_collapse",
-                                  "1 while a version's score std stays below the collapse threshold.")
-        self.m_feature_age = r.gauge("modelops_gateway_feature_snapshot_age_seconds",
-                                     "Seconds since the loaded feature snapshot was published.")
-        self.m_feature_errors = r.gauge("modelops_gateway_feature_reload_errors",
-                                        "Failed feature snapshot reloads since start.")
-        self.m_routes_revision = r.gauge("modelops_gateway_routes_revision", "Applied routes revision by model.")
-        self.m_route_weight = r.gauge("modelops_gateway_route_weight",
-                                      "Share of traffic the applied routes send to a model version, by variant.")
-        self.m_routes_errors = r.counter("modelops_gateway_routes_errors_total",
-                                         "Unreadable, invalid or stale routes documents by model.")
-        self.m_backlog_bytes = r.gauge("modelops_gateway_spool_backlog_bytes",
-                                       "Bytes of event-log segments not yet uploaded.")
-        self.m_backlog_segments = r.gauge("modelops_gateway_spool_backlog_segments",
-                                          "Event-log segments not yet uploaded.")
-        self.m_upload_failures = r.gauge("modelops_gateway_spool_upload_failures",
-                                         "Failed event-log upload passes since start.")
-
-    def _refresh_gauges(self, now: float) -> None:
-        self.m_feature_age.set((), self.features.age_s(now))
-        self.m_feature_errors.set((), float(self.features.errors))
-        self.m_backlog_bytes.set((), float(self.logs.backlog_bytes))
-        self.m_backlog_segments.set((), float(self.logs.backlog_segments))
-        self.m_upload_failures.set((), float(self.logs.upload_failures))
-        for (model, version), window in self.windows.items():
-            labels = (("model", model), ("version", str(version)))
-            _n, std, peak = window.stats(now)
-            self.m_std.set(labels, std)
-            self.m_max.set(labels, peak)
-            self.m_collapse.set(labels, 1.0 if self.watch.flagged(f"{model}/{version}") else 0.0)
-
     # ------------------------------------------------------------------ lifecycle
     async def startup(self) -> None:
         await self.logs.start()
@@ -263,105 +135,6 @@ class Gateway:
         await self.triton.close()
         await self.logs.close()
 
-    async def _every(self, interval_s: float, work: Callable[[], object]) -> None:
-        while True:
-            await asyncio.sleep(interval_s)
-            try:
-                await asyncio.to_thread(work)
-            except Exception:  # a poller must never die
-                log.exception("background %s failed", getattr(work, "__name__", work))
-
-    def _poll_routes_once(self) -> None:
-        try:
-            keys = list(self.store.list_keys(ROUTES_PREFIX))
-        except ObjectStoreError as exc:
-            self.m_routes_errors.inc((("model", "*"),))
-            log.warning("routes poll failed (keeping the last good routes): %s", exc)
-            return
-        updated = dict(self.routes)
-        seen: set[str] = set()
-        for key in keys:
-            model = model_from_key(key)
-            if model is None:
-                continue
-            seen.add(model)
-            try:
-                routes = load_routes(self.store.get_bytes(key))
-                if routes.model != model:
-                    raise ContractError(f"routes.model={routes.model!r} differs from its key {key!r}")
-            except (ContractError, ObjectStoreError) as exc:
-                self.m_routes_errors.inc((("model", model),))
-                log.warning("routes %s unusable (keeping revision %s): %s", key,
-                            updated[model].revision if model in updated else "none", exc)
-                continue
-            current = updated.get(model)
-            if current is None or routes.revision > current.revision:
-                updated[model] = routes
-                self.routes_applied_at[model] = datetime.now(UTC).isoformat()
-                log.info("routes %s revision %d applied", model, routes.revision)
-            elif routes.revision < current.revision or routes != current:
-                self.m_routes_errors.inc((("model", model),))  # stale or changed without a new revision
-        for model in set(updated) - seen:
-            del updated[model]  # the document was deleted: the model is no longer served
-        self.routes = updated  # one assignment: requests see the old or the new table, never half
-        self.routes_loaded = True
-        for model, routes in updated.items():
-            self.m_routes_revision.set((("model", model),), float(routes.revision))
-        self.m_route_weight.values = route_weights(updated.values())  # one assignment, like the table
-
-    async def _loop_lag_probe(self, interval_s: float = 0.02) -> None:
-        """How late a fixed sleep wakes up: the loop's lag, the gateway's part of a late Triton answer."""
-        while True:
-            asked = time.perf_counter()
-            await asyncio.sleep(interval_s)
-            now = time.perf_counter()
-            self.loop_lag.add(now, now - asked - interval_s)
-
-    async def _triton_stats_loop(self) -> None:
-        """Reads Triton's statistics of each version called in the last minute (the delay origin's split)."""
-        while True:
-            await asyncio.sleep(self.options.triton_stats_poll_s)
-            now = time.monotonic()
-            for (model, version), last in list(self.triton_called.items()):
-                if now - last > 60.0:
-                    del self.triton_called[(model, version)]
-                    self.triton_delays.forget(model, version)
-                    continue
-                try:
-                    reading = parse_stats(await self.triton.version_stats(model, version), version)
-                except (ModelopsError, ValueError) as exc:
-                    log.debug("Triton statistics of %s v%d unreadable: %s", model, version, exc)
-                    continue
-                if reading is not None:
-                    self.triton_delays.observe(model, version, reading)
-
-    async def _watch_loop(self) -> None:
-        from modelops.notify.apprise_notifier import AppriseNotifier
-        from modelops.notify.message import Message as Note
-
-        notifier = AppriseNotifier(self.cfg.notify_url_list)
-        while True:
-            await asyncio.sleep(1.0)
-            now = time.time()
-            self._refresh_gauges(now)
-            for (model, version), window in list(self.windows.items()):
-                n, std, peak = window.stats(now)
-                key = f"{model}/{version}"
-                if self.watch.observe(key, n, std, now):
-                    self.m_collapse.set((("model", model), ("version", str(version))), 1.0)
-                    note = Note(
-                        title=f"Prediction collapse: {model} version {version}",
-                        body=(f"The score std of {model} v{version} stayed below {self.watch.threshold} for "
-                              f"{self.watch.hold_s:.0f} s: the model answers (almost) the same for everyone."),
-                        severity="warning", key=f"collapse:{key}",
-                        facts={"model": model, "version": str(version), "std": f"{std:.6f}",
-                               "max": f"{peak:.6f}", "scores in window": str(n)})
-                    try:
-                        await asyncio.to_thread(notifier.send, note)
-                    except ModelopsError as exc:
-                        log.warning("collapse notification failed: %s", exc)
-                    log.warning("prediction collapse %s: std %.6f", key, std)
-
     # ------------------------------------------------------------------ ASGI
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         kind = scope["type"]
@@ -371,7 +144,7 @@ class Gateway:
         if kind != "http":
             return
         path, method = scope["path"], scope["method"]
-        headers = _headers(scope)
+        headers = headers_of(scope)
         request_id = headers.get("x-request-id", "")
         if not _REQUEST_ID.match(request_id):
             request_id = uuid.uuid4().hex
@@ -382,20 +155,20 @@ class Gateway:
                 await self._feedback(headers, request_id, receive, send)
             elif method == "GET" and path == "/metrics":
                 self._refresh_gauges(time.time())
-                await _respond(send, 200, self.registry.render().encode(), request_id,
+                await respond(send, 200, self.registry.render().encode(), request_id,
                                content_type=b"text/plain; version=0.0.4; charset=utf-8")
             elif method == "GET" and path == "/healthz":
-                await _respond_json(send, 200, self._health(), request_id)
+                await respond_json(send, 200, self._health(), request_id)
             elif method == "GET" and path == "/v1/routes":
-                await _respond_json(send, 200, self._routes_view(), request_id)
+                await respond_json(send, 200, self._routes_view(), request_id)
             elif method == "GET" and path == "/openapi.json":
-                await _respond(send, 200, self.openapi, request_id)
+                await respond(send, 200, self.openapi, request_id)
             elif path in _KNOWN_PATHS or _PREDICT.match(path):
-                raise _error(405, "method_not_allowed", f"{method} is not allowed on {path}")
+                raise error(405, "method_not_allowed", f"{method} is not allowed on {path}")
             else:
-                raise _error(404, "not_found", f"no such endpoint: {path}")
+                raise error(404, "not_found", f"no such endpoint: {path}")
         except HTTPError as exc:
-            await _respond_json(send, exc.status, exc.body, request_id, exc.headers)
+            await respond_json(send, exc.status, exc.body, request_id, exc.headers)
             if path.startswith("/v1/"):
                 self._access(request_id, method, path, exc.status, error=exc.body.get("error", ""))
 
@@ -438,25 +211,25 @@ class Gateway:
         content_type = headers.get("content-type", "").split(";", 1)[0].strip().lower()
         if content_type != "application/json" and not (content_type.startswith("application/")
                                                        and content_type.endswith("+json")):
-            raise _error(415, "unsupported_media_type",
+            raise error(415, "unsupported_media_type",
                          f"content type must be application/json, got {content_type or 'none'!r}")
         limit = self.options.max_body_bytes
         declared = headers.get("content-length")
         if declared is not None:
             if not declared.isdigit():
-                raise _error(400, "bad_request", "Content-Length must be a non-negative integer")
+                raise error(400, "bad_request", "Content-Length must be a non-negative integer")
             if int(declared) > limit:
-                raise _error(413, "payload_too_large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
+                raise error(413, "payload_too_large", f"body of {declared} bytes exceeds the limit of {limit} bytes")
         chunks: list[bytes] = []
         size = 0
         while True:
             message = await receive()
             if message["type"] == "http.disconnect":
-                raise _error(400, "bad_request", "client disconnected")
+                raise error(400, "bad_request", "client disconnected")
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > limit:
-                raise _error(413, "payload_too_large", f"body exceeds the limit of {limit} bytes")
+                raise error(413, "payload_too_large", f"body exceeds the limit of {limit} bytes")
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
@@ -464,7 +237,7 @@ class Gateway:
         try:
             return _JSON_DECODE(body), size
         except (msgspec.DecodeError, ValueError) as exc:
-            raise _error(400, "invalid_json", f"body is not valid JSON: {exc}", field="$", rule="json") from exc
+            raise error(400, "invalid_json", f"body is not valid JSON: {exc}", field="$", rule="json") from exc
 
     def _deadline_s(self, headers: dict[str, str]) -> float:
         maximum = self.options.max_deadline_ms
@@ -476,7 +249,7 @@ class Gateway:
         except ValueError:
             requested = math.nan
         if not math.isfinite(requested) or requested <= 0:
-            raise _error(400, "contract_violation", "Inference-Timeout must be a positive number of milliseconds",
+            raise error(400, "contract_violation", "Inference-Timeout must be a positive number of milliseconds",
                          field="Inference-Timeout", rule="positive milliseconds", value=raw[:64])
         return min(requested, maximum) / 1000.0
 
@@ -486,7 +259,7 @@ class Gateway:
 
     async def _predict(self, path: str, headers: dict[str, str], request_id: str, receive: Receive,
                        send: Send, query_string: bytes = b"") -> None:
-        timing = _Timing()
+        timing = RequestTiming()
         try:
             await self._route(path, headers, request_id, receive, send, timing, query_string)
         except HTTPError as exc:  # every predict answer says where its time went, errors too
@@ -494,14 +267,14 @@ class Gateway:
             raise
 
     async def _route(self, path: str, headers: dict[str, str], request_id: str, receive: Receive, send: Send,
-                     timing: _Timing, query_string: bytes) -> None:
+                     timing: RequestTiming, query_string: bytes) -> None:
         match = _PREDICT.match(path)
         model = match.group(1) if match else ""
         routes = self.routes.get(model)
         if routes is None:
             if not self.routes_loaded:
                 raise self._unavailable("routes_unavailable", "routes not loaded yet (object store unreachable)")
-            raise _error(404, "unknown_model", f"unknown model {model or path!r}: no routes document "
+            raise error(404, "unknown_model", f"unknown model {model or path!r}: no routes document "
                                                f"routes/{model}.json")
         labels_model = (("model", model),)
         try:
@@ -528,7 +301,7 @@ class Gateway:
                            query)
 
     async def _answer(self, path: str, routes: Routes, version: VersionRef, labels: Labels,
-                      document: dict[str, Any], size: int, request_id: str, timing: _Timing, deadline_s: float,
+                      document: dict[str, Any], size: int, request_id: str, timing: RequestTiming, deadline_s: float,
                       send: Send, query: dict[str, Any]) -> None:
         """Features, Triton, answer, logs and metrics for a request that kept the contract."""
         model = routes.model
@@ -567,14 +340,14 @@ class Gateway:
                                                        int(query["top_k"]), request_id)
         except TimeoutError as exc:
             self.m_errors.inc((*labels, ("class", "timeout")))
-            raise _error(504, "inference_timeout", f"no answer from Triton within {deadline_s * 1000:.0f} ms",
+            raise error(504, "inference_timeout", f"no answer from Triton within {deadline_s * 1000:.0f} ms",
                          deadline_ms=round(deadline_s * 1000, 3)) from exc
         except TritonUnavailable as exc:
             self.m_errors.inc((*labels, ("class", "upstream")))
             raise self._unavailable("triton_unavailable", str(exc)) from exc
         except TritonFailed as exc:
             self.m_errors.inc((*labels, ("class", "upstream")))
-            raise _error(502, "triton_failed", str(exc)) from exc
+            raise error(502, "triton_failed", str(exc)) from exc
         finally:
             ended = time.perf_counter()
             timing.inference_s = ended - started
@@ -603,7 +376,7 @@ class Gateway:
             model_sha256=version.sha256, user_hash=user_hash(user_id), n_items=n, score_mean=mean,
             score_max=peak, score_std=std, latency_ms=sum(logged.values()) * 1000.0,
             delay_origin=origin(logged)))]
-        if self.cfg.sample_share >= 1.0 or _sampled(request_id, self.cfg.sample_share):
+        if self.cfg.sample_share >= 1.0 or sampled(request_id, self.cfg.sample_share):
             writes.append(self.logs.committers["scored_samples"].append(scored_record(
                 request_id=request_id, ts=now, model=model, model_version=version.version, scores=scores,
                 features=features)))
@@ -617,7 +390,7 @@ class Gateway:
             self.m_errors.inc((*labels, ("class", "unavailable")))
             raise self._unavailable("spool_full", str(exc)) from exc
         parts = timing.parts()
-        await _respond(send, 200, body, request_id, [
+        await respond(send, 200, body, request_id, [
             (b"x-model-version", version.label.encode()),
             (b"x-inference-latency", f"{inference_ms:.3f}".encode()),
             *timing.headers(parts),
@@ -642,40 +415,14 @@ class Gateway:
 
     async def _explain(self, model: str, version: int, item_ids: list[str], features: npt.NDArray[np.float32],
                        scores: npt.NDArray[np.float32], top_k: int, request_id: str) -> list[dict[str, Any]]:
-        """Shapley sampling (modelops.gateway.explain) scored by Triton ``version`` in batched calls."""
+        """Shapley sampling (modelops.gateway.explaining) scored by Triton ``version`` in batched calls."""
         current = self.features.current
         if current is None:  # the lookup just succeeded, so a snapshot is loaded; never None here
             raise FeaturesUnavailable("no feature snapshot loaded (the explanation's baseline)")
-        key = (model, version)
-        if key not in self.max_batch:
-            config = await self.triton.version_config(model, version)
-            self.max_batch[key] = int(config.get("max_batch_size", 0) or 0)
-        perms = permutations(features.shape[1], self.options.explain_permutations,
-                             int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big"))
-        rows = path_inputs(features, current.baseline, perms)
-        step = self.max_batch[key] or len(rows)
-        limit = asyncio.Semaphore(self.options.explain_concurrency)
-
-        async def score(chunk: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
-            async with limit:
-                return await self.triton.infer_scores(model, version, chunk)
-
-        parts = await asyncio.gather(*(score(rows[i:i + step]) for i in range(0, len(rows), step)))
-        found = contributions(np.concatenate(parts), len(item_ids), perms)
-        error = additivity_error(found, scores)
-        if error > ADDITIVITY_TOLERANCE:  # the version answered the same input differently: not explainable
-            raise TritonFailed(f"Triton {model} v{version}: contributions miss the score by {error:.3g} "
-                               f"(tolerance {ADDITIVITY_TOLERANCE}); the model is not deterministic")
-        out = []
-        for i, item in enumerate(item_ids):
-            top = top_features(found.values[i], features[i], current.baseline, self.names, top_k)
-            listed = [asdict(t) for t in top]
-            out.append({"item_id": item, "score": float(scores[i]), "baseline_score": float(found.baseline_scores[i]),
-                        "feature_contributions": listed,
-                        "other_features_contribution": float(found.values[i].sum()) - sum(
-                            t.contribution for t in top),
-                        "top_reason": top_reason(top)})
-        return out
+        return await explain_items(self.triton, self.max_batch, current.baseline, self.names, model, version,
+                                   item_ids, features, scores, top_k, request_id,
+                                   n_permutations=self.options.explain_permutations,
+                                   concurrency=self.options.explain_concurrency)
 
     async def _feedback(self, headers: dict[str, str], request_id: str, receive: Receive, send: Send) -> None:
         try:
@@ -692,10 +439,10 @@ class Gateway:
             claims = verify_token(self.secret, document["feedback_token"], now=received_at)
         except TokenExpired as exc:
             self.m_feedback_rejected.inc((("reason", "expired"),))
-            raise _error(410, "token_expired", str(exc)) from exc
+            raise error(410, "token_expired", str(exc)) from exc
         except TokenInvalid as exc:
             self.m_feedback_rejected.inc((("reason", "bad_signature"),))
-            raise _error(401, "token_invalid", str(exc)) from exc
+            raise error(401, "token_invalid", str(exc)) from exc
         committer = self.logs.committers["feedback"]
         try:
             committer.check_budget()
@@ -707,33 +454,10 @@ class Gateway:
             raise self._unavailable("spool_full", str(exc)) from exc
         self.m_feedback.inc((("model", claims.model), ("version", str(claims.model_version)),
                              ("action", document["action"])))
-        await _respond_json(send, 202, {"status": "accepted", "request_id": claims.request_id}, request_id)
+        await respond_json(send, 202, {"status": "accepted", "request_id": claims.request_id}, request_id)
         self._access(request_id, "POST", "/v1/feedback", 202, model=claims.model, version=claims.model_version,
                      action=document["action"], prediction_request_id=claims.request_id,
                      latency_ms=round((time.time() - received_at) * 1000, 3))
-
-
-def _sampled(request_id: str, share: float) -> bool:
-    digest = hashlib.blake2b(request_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0**64 < share
-
-
-def _headers(scope: Scope) -> dict[str, str]:
-    return {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-
-
-async def _respond(send: Send, status: int, body: bytes, request_id: str,
-                   headers: list[tuple[bytes, bytes]] | None = None,
-                   content_type: bytes = b"application/json") -> None:
-    await send({"type": "http.response.start", "status": status, "headers": [
-        (b"content-type", content_type), (b"content-length", str(len(body)).encode()),
-        (b"x-request-id", request_id.encode()), *(headers or [])]})
-    await send({"type": "http.response.body", "body": body})
-
-
-async def _respond_json(send: Send, status: int, document: Any, request_id: str,
-                        headers: list[tuple[bytes, bytes]] | None = None) -> None:
-    await _respond(send, status, _JSON_ENCODE(document), request_id, headers)
 
 
 def create_app(cfg: Settings | None = None, options: GatewayOptions | None = None) -> Gateway:

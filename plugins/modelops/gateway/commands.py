@@ -8,7 +8,7 @@ from dataclasses import fields
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    from modelops.gateway.app import GatewayOptions
+    from modelops.gateway.options import GatewayOptions
 
     gateway = sub.add_parser("gateway", help="the serving gateway")
     gateway_sub = gateway.add_subparsers(dest="gateway_command", metavar="ACTION", required=True)
@@ -29,7 +29,7 @@ def _serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from modelops.config import settings
-    from modelops.gateway.app import OPTIONS_ENV, GatewayOptions
+    from modelops.gateway.options import OPTIONS_ENV, GatewayOptions
 
     cfg = settings()
     options = GatewayOptions(**{f.name: getattr(args, f.name) for f in fields(GatewayOptions)})

@@ -21,9 +21,10 @@ lookup and the call is the gateway's. The origin is the part with the most time
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 ORIGINS: tuple[str, ...] = ("gateway", "feature_lookup", "triton_queue", "triton_compute")
@@ -172,3 +173,26 @@ def origin(parts: Mapping[str, float]) -> str:
 def server_timing(parts: Mapping[str, float]) -> str:
     """A ``Server-Timing`` header value (W3C): each part's duration in milliseconds."""
     return ", ".join(f"{name};dur={parts.get(name, 0.0) * 1000.0:.3f}" for name in ORIGINS)
+
+
+@dataclass
+class RequestTiming:
+    """Where one request's time went so far (the parts :func:`split` names)."""
+
+    started: float = field(default_factory=time.perf_counter)
+    features_s: float = 0.0
+    inference_s: float = 0.0
+    share: TritonShare | None = None  # Triton's recent per-request queue/compute means of the called version
+    loop_lag_s: float = 0.0  # the event loop's lag when the Triton call ended
+    calls_ahead: int = 0  # calls to the same version in flight when this one started
+
+    def total_s(self) -> float:
+        return time.perf_counter() - self.started
+
+    def parts(self) -> dict[str, float]:
+        """Seconds per delay origin so far (modelops.gateway.delay.split)."""
+        return split(self.total_s(), self.features_s, self.inference_s, self.share, self.loop_lag_s,
+                     self.calls_ahead)
+
+    def headers(self, parts: dict[str, float]) -> list[tuple[bytes, bytes]]:
+        return [(b"x-delay-origin", origin(parts).encode()), (b"server-timing", server_timing(parts).encode())]
