@@ -160,7 +160,16 @@ def main() -> int:
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(f"load at start: {load()}", flush=True)
+    engine_was_running = subprocess.run([DOCKER, "info"], capture_output=True, check=False).returncode == 0
     subprocess.run([str(ROOT / "docker/engine.sh"), "start"], check=True)
+    try:
+        return _measure(args, skip)
+    finally:
+        if not engine_was_running:  # stop what we started (by its PID, through engine.sh)
+            subprocess.run([str(ROOT / "docker/engine.sh"), "stop"], check=False)
+
+
+def _measure(args: argparse.Namespace, skip: set[str]) -> int:
     results: dict[str, float] = {}
     if "base" not in skip:
         base = [base_image_s() for _ in range(args.rounds)]
