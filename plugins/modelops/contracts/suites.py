@@ -130,14 +130,20 @@ def _meta(pointer: str, rule: str) -> dict[str, Any]:
     return {"source": "request.schema.json", "rule": pointer, "check": rule}
 
 
-def _property_expectations(name: str, spec: Mapping[str, Any]) -> list[Expectation]:
-    pointer = f"#/properties/{name}"
+def _checked_kind(pointer: str, spec: Mapping[str, Any], keys_by_type: Mapping[str, frozenset[str]]) -> str:
+    """``spec``'s type, checked against ``keys_by_type``; its keywords must all be known for that type."""
     kind = str(spec.get("type"))
-    if kind not in _KEYS_BY_TYPE:
-        raise ContractError(f"request schema {pointer}/type={kind!r}: must be one of {sorted(_KEYS_BY_TYPE)}")
-    extra = set(spec) - _KEYS_BY_TYPE[kind] - _ANNOTATIONS
+    if kind not in keys_by_type:
+        raise ContractError(f"request schema {pointer}/type={kind!r}: must be one of {sorted(keys_by_type)}")
+    extra = set(spec) - keys_by_type[kind] - _ANNOTATIONS
     if extra:
         raise _unsupported(pointer, extra)
+    return kind
+
+
+def _property_expectations(name: str, spec: Mapping[str, Any]) -> list[Expectation]:
+    pointer = f"#/properties/{name}"
+    kind = _checked_kind(pointer, spec, _KEYS_BY_TYPE)
     out: list[Expectation] = []
     if kind == "string":
         out.append(
@@ -227,17 +233,12 @@ def query_options(schema: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
     if not isinstance(defs, Mapping) or set(defs) - {"query"}:
         raise ContractError("request schema #/$defs: only 'query' (the predict query options) is supported")
     query = defs.get("query", {"type": "object", "properties": {}})
-    if query.get("type") != "object" or set(query) - {"type", "additionalProperties", "properties"} - _ANNOTATIONS:
-        raise _unsupported("#/$defs/query", set(query) - {"type", "additionalProperties", "properties"} - _ANNOTATIONS)
+    unknown = set(query) - {"type", "additionalProperties", "properties"} - _ANNOTATIONS
+    if query.get("type") != "object" or unknown:
+        raise _unsupported("#/$defs/query", unknown)
     out: dict[str, dict[str, Any]] = {}
     for option, spec in query.get("properties", {}).items():
-        pointer = f"#/$defs/query/properties/{option}"
-        kind = str(spec.get("type"))
-        if kind not in _QUERY_KEYS:
-            raise ContractError(f"request schema {pointer}/type={kind!r}: must be one of {sorted(_QUERY_KEYS)}")
-        extra = set(spec) - _QUERY_KEYS[kind] - _ANNOTATIONS
-        if extra:
-            raise _unsupported(pointer, extra)
+        kind = _checked_kind(f"#/$defs/query/properties/{option}", spec, _QUERY_KEYS)
         out[option] = {k: v for k, v in spec.items() if k in _QUERY_KEYS[kind] or k == "default"}
     return out
 
