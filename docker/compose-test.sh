@@ -56,6 +56,9 @@ build() {  # TAG DOCKERFILE CONTEXT
 build modelops:latest docker/Dockerfile .
 build modelops-standin-postgres:latest docker/standins/postgres.Dockerfile docker/standins
 build modelops-standin-nginx:latest docker/standins/nginx.Dockerfile docker/standins
+for standin in prometheus pushgateway alertmanager; do
+  build "modelops-standin-$standin:latest" "docker/standins/$standin.Dockerfile" docker/standins
+done
 
 PYTHON=.venv/bin/python docker/compose-env.sh "$PORT_BASE" >"$WORK/env"
 chmod 600 "$WORK/env"
@@ -70,7 +73,8 @@ log "topology healthy; running the checks"
   export COMPOSE_TEST_PROJECT=$PROJECT COMPOSE_BIN=$COMPOSE
   # shellcheck disable=SC2086
   .venv/bin/pytest -m compose tests/compose/test_published.py -p no:cacheprovider ${PYTEST_ARGS:-} )
-# 2. From a container on the compose network (like any platform service): the release story.
+# 2. From a container on the compose network (like any platform service): the release story, then what
+#    Prometheus, the Pushgateway and Alertmanager saw of it.
 ( set -a; . "$WORK/env"; set +a
   cat <<CHECKS
 MODELOPS_S3_ENDPOINT_URL=http://objectstore:8333
@@ -87,6 +91,8 @@ MODELOPS_BIND_HOST=gateway-lb
 MODELOPS_GATEWAY_PORT=8400
 MODELOPS_GATEWAY_URLS=http://gateway-1:8400,http://gateway-2:8400
 MODELOPS_SPARK_MASTER=spark://spark-master:7077
+MODELOPS_PROMETHEUS_URL=http://prometheus:9090
+MODELOPS_PUSHGATEWAY_URL=http://pushgateway:9091
 MODELOPS_FEEDBACK_SECRET=$MODELOPS_FEEDBACK_SECRET
 S3_TRITON_ACCESS_KEY=$S3_TRITON_ACCESS_KEY
 S3_TRITON_SECRET_KEY=$S3_TRITON_SECRET_KEY
@@ -96,6 +102,7 @@ chmod 644 "$WORK/checks.env"
 # shellcheck disable=SC2086
 "$DOCKER" run --rm --network "${PROJECT}_default" -e PYTHONDONTWRITEBYTECODE=1 \
   -e MODELOPS_COMPOSE_CHECKS_ENV=/run/checks.env -v "$WORK/checks.env:/run/checks.env:ro" \
-  -v "$ROOT/tests:/opt/modelops/tests:ro" modelops:latest \
-  pytest -m compose tests/compose/test_release_story.py -p no:cacheprovider -x ${PYTEST_ARGS:-}
+  -v "$ROOT/tests:/opt/modelops/tests:ro" -v "$ROOT/prometheus:/opt/modelops/prometheus:ro" modelops:latest \
+  pytest -m compose tests/compose/test_release_story.py tests/compose/test_observability.py -p no:cacheprovider -x \
+  ${PYTEST_ARGS:-}
 log "checks passed"

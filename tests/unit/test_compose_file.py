@@ -1,6 +1,6 @@
 """Structure of the production topology (docker-compose.yml), resolved by the real Compose binary (no engine).
 
-Only the load-balanced gateway, the Airflow UI and the MLflow UI are published; every long-running
+Only the load-balanced gateway, the Airflow UI, the MLflow UI and Grafana are published; every long-running
 service has a health check; placeholder or empty secrets are refused by the init service's check.
 """
 
@@ -19,7 +19,9 @@ from modelops.errors import ConfigError
 
 COMPOSE_BIN = Path(compose.__file__).parent / "docker-compose"
 ENV_EXAMPLE = PROJECT_ROOT / ".env.example"
-PUBLISHED = {"gateway-lb": 8400, "airflow-api-server": 8080, "mlflow": 5000}
+# Grafana too: the dashboards are a UI people open (behind its admin login, GRAFANA_ADMIN_PASSWORD); Prometheus,
+# the Pushgateway and Alertmanager have no login and stay on the compose network (Grafana's Explore queries them).
+PUBLISHED = {"gateway-lb": 8400, "airflow-api-server": 8080, "mlflow": 5000, "grafana": 3000}
 FERNET = "q3Tq3vCIKyi_yy1UnY8xkGl2Z0Gsw4jEjQ3b2cQ3mXI="
 
 
@@ -46,17 +48,18 @@ def production(tmp_path_factory: pytest.TempPathFactory) -> dict:
     return json.loads(result.stdout)
 
 
-def test_only_the_gateway_lb_airflow_and_mlflow_are_published(production: dict) -> None:
+def test_only_the_gateway_lb_airflow_mlflow_and_grafana_are_published(production: dict) -> None:
     published = {name: [int(p["target"]) for p in svc.get("ports", [])]
                  for name, svc in production["services"].items() if svc.get("ports")}
     assert published == {name: [port] for name, port in PUBLISHED.items()}
-    for name in ("triton", "objectstore", "postgres", "spark-master", "spark-worker", "gateway-1", "gateway-2"):
+    for name in ("triton", "objectstore", "postgres", "spark-master", "spark-worker", "gateway-1", "gateway-2",
+                 "prometheus", "pushgateway", "alertmanager", "alert-relay", "statsd-bridge"):
         assert not production["services"][name].get("ports"), name
 
 
 def test_every_long_running_service_has_a_health_check(production: dict) -> None:
     long_running = [n for n, s in production["services"].items() if s.get("restart") == "unless-stopped"]
-    assert len(long_running) >= 14
+    assert len(long_running) >= 20
     missing = [n for n in long_running if not production["services"][n].get("healthcheck", {}).get("test")]
     assert missing == []
 
@@ -107,13 +110,20 @@ def test_the_init_service_refuses_every_placeholder_secret(production: dict) -> 
     assert any(p.startswith("AIRFLOW_FERNET_KEY") for p in secret_problems({}, {}))
 
 
-def test_the_test_override_replaces_only_postgres_nginx_and_triton(tmp_path: Path, production: dict) -> None:
+def test_the_test_override_replaces_only_what_cannot_exist_here(tmp_path: Path, production: dict) -> None:
+    """Images that cannot be pulled (stand-ins), the GPU Triton, and Grafana kept out by a profile."""
     result = resolve(example_with_fernet(), tmp_path, "docker-compose.yml", "docker-compose.test.yml")
     assert result.returncode == 0, result.stderr
     test = json.loads(result.stdout)
+    assert "grafana" not in test["services"]  # `config` without --profile grafana: not started either
     changed = sorted(n for n, s in test["services"].items() if s != production["services"][n])
-    assert changed == ["gateway-lb", "postgres", "triton"]
+    assert changed == ["alertmanager", "gateway-lb", "postgres", "prometheus", "pushgateway", "triton"]
     assert "deploy" not in test["services"]["triton"]
+    for name in ("alertmanager", "prometheus", "pushgateway"):
+        standin, real = test["services"][name], production["services"][name]
+        assert standin["image"] == f"modelops-standin-{name}:latest"
+        assert {k: v for k, v in standin.items() if k not in ("image", "build")} == {
+            k: v for k, v in real.items() if k != "image"}, name
 
 
 def test_good_secrets_pass_and_bad_ones_are_named() -> None:

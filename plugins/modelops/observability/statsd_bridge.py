@@ -1,10 +1,10 @@
-"""A StatsD → Prometheus bridge for Airflow's metrics in the embedded stack.
+"""A StatsD → Prometheus bridge for Airflow's metrics (embedded stack and compose).
 
 Airflow 3 emits StatsD (``[metrics] statsd_on``) through the ``statsd`` client; with
 ``statsd_influxdb_enabled`` its tags travel InfluxDB-style in the name
 (``airflow.ti_failures,dag_id=d,task_id=t:1|c``). Debian 12 has no statsd exporter and
-the official one is a container image, so the embedded stack runs this small bridge
-(compose runs ``prom/statsd-exporter``, which reads the same lines). It listens on UDP,
+the official one is a container image, so both topologies run this small bridge (the
+embedded stack on loopback, compose as its ``statsd-bridge`` service). It listens on UDP,
 keeps counters, gauges and timers by name and tags, and serves them on ``/metrics``
 with ``prometheus_client``:
 

@@ -1,0 +1,15 @@
+# Test stand-in for the official prom/alertmanager image (no registry here): Debian 12's
+# prometheus-alertmanager (0.25; its package puts the notification templates where its build reads them),
+# run like the official image: the binary as entrypoint (the compose file's command gives its flags),
+# user nobody, its state in /alertmanager (a volume), wget for the health check.
+# The package's service is never started (policy-rc.d).
+ARG BASE_IMAGE=debian:bookworm-slim
+FROM ${BASE_IMAGE}
+RUN printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod +x /usr/sbin/policy-rc.d \
+    && apt-get update \
+    && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus-alertmanager wget \
+    && rm -rf /var/lib/apt/lists/* \
+    && mkdir -p /alertmanager && chown nobody:nogroup /alertmanager
+USER nobody
+WORKDIR /alertmanager
+ENTRYPOINT ["/usr/bin/prometheus-alertmanager"]
