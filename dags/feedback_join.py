@@ -1,11 +1,13 @@
 """feedback_join: CTR and CVR per model version, joined by Spark from the gateway's logs.
 
 Daily. The run for day D waits (deferred, no worker slot held) until D + 1 day + the
-feedback window has passed, so late clicks count; then it copies D's prediction partitions
-and the window's feedback partitions from the object store, submits the Spark job
-(`modelops feedback`, through the Apache Spark provider to MODELOPS_SPARK_MASTER), uploads
-``metrics/ctr_cvr/dt=D/``, logs CTR / CVR to MLflow against each model version and emits
-an asset event. Catch-up and re-runs give the same numbers (the output is replaced).
+feedback window has passed, so late clicks count; then it locates D's prediction partitions
+and the window's feedback partitions in the object store and submits the Spark job
+(`modelops feedback`, through the Apache Spark provider to MODELOPS_SPARK_MASTER) with their
+``s3://`` locations: the executors read them and the job writes ``metrics/ctr_cvr/dt=D/``
+to the store. The last task logs CTR / CVR to MLflow against each model version and emits
+an asset event. Catch-up and re-runs give the same numbers (the output is replaced). Tasks
+exchange object-store locations only, so each may run on a different machine.
 """
 
 from __future__ import annotations
@@ -55,17 +57,18 @@ def feedback_join() -> None:
     )
 
     @task(retries=2)
-    def stage_inputs(plan: dict[str, str]) -> list[str]:
+    def locate_inputs(plan: dict[str, str]) -> list[str]:
         from modelops.config import settings
-        from modelops.jobs.feedback_tasks import stage, submit_args
+        from modelops.jobs.feedback_tasks import locate, submit_args
 
         context = get_current_context()
         window = float(context["params"]["window_hours"])
-        staged = stage(plan["day"], window)
-        print(f"staged {staged['prediction_files']} prediction and {staged['event_files']} feedback files")
-        return submit_args(staged, window, settings().spark_master)
+        located = locate(plan["day"], window)
+        print(f"{located['prediction_files']} prediction and {located['event_files']} feedback objects; "
+              f"output {located['out']}")
+        return submit_args(located, window, settings().spark_master)
 
-    args = stage_inputs(plan)
+    args = locate_inputs(plan)
     spark_join = SparkSubmitOperator(
         task_id="spark_join",
         application=SUBMIT_APP,

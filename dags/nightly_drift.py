@@ -1,13 +1,14 @@
 """nightly_drift: KS drift of every Production version's features and score, with root causes.
 
-Daily, for the day that just ended: copy the day's scored samples from the object store,
+Daily, for the day that just ended: locate the day's scored samples in the object store,
 validate them against the feature contract (the GX feature suite, on Spark) — that result
 goes into every report — then for each model version in Production compare the day's
 samples with the version's launch-day baseline (captured automatically on the first full
 day after promotion and recorded on the MLflow version) with the Spark job
-(`modelops drift` through the Apache Spark provider). Reports go to
-``reports/drift/<model>/v<K>/dt=D/`` and to the version's MLflow run; drift notifies
-through apprise with the top causes and where the report is.
+(`modelops drift` through the Apache Spark provider), whose executors read both from the
+store. The job writes the report to ``reports/drift/<model>/v<K>/dt=D/``; the last task
+attaches it to the version's MLflow run and notifies drift through apprise with the top
+causes and where the report is. Tasks exchange object-store locations only.
 """
 
 from __future__ import annotations
@@ -35,18 +36,18 @@ DRIFT_REPORTS = Asset("s3://modelops/reports/drift")
 )
 def nightly_drift() -> None:
     @task(retries=2)
-    def stage_samples() -> dict[str, Any]:
-        from modelops.jobs.drift_tasks import stage_day
+    def locate_samples() -> dict[str, Any]:
+        from modelops.jobs.drift_tasks import locate_day
         from modelops.jobs.schedule import run_day
 
         context = get_current_context()
-        return stage_day(run_day(context, str(context["params"]["day"])))
+        return locate_day(run_day(context, str(context["params"]["day"])))
 
     @task(retries=1)
     def validate_feature_contract(staged: dict[str, Any]) -> dict[str, Any]:
         from modelops.jobs.drift_tasks import validate_contract
 
-        return validate_contract(staged["day"])
+        return validate_contract(staged["day"], int(staged["files"]))
 
     @task(retries=2)
     def prepare_versions(staged: dict[str, Any], contract: dict[str, Any]) -> list[dict[str, Any]]:
@@ -70,7 +71,7 @@ def nightly_drift() -> None:
 
         return [publish(staged["day"], p) for p in prepared]
 
-    staged = stage_samples()
+    staged = locate_samples()
     prepared = prepare_versions(staged, validate_feature_contract(staged))
     spark_drift = SparkSubmitOperator.partial(
         task_id="spark_drift",

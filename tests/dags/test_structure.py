@@ -23,14 +23,14 @@ EXPECTED = {
     "model_release_control": {"request_control": []},
     "release_on_staging": {"new_staging_versions": ["start_release"], "start_release": []},
     "feedback_join": {
-        "plan_window": ["publish_metrics", "stage_inputs", "wait_for_late_feedback"],
-        "wait_for_late_feedback": ["stage_inputs"],
-        "stage_inputs": ["spark_join"],
+        "plan_window": ["publish_metrics", "locate_inputs", "wait_for_late_feedback"],
+        "wait_for_late_feedback": ["locate_inputs"],
+        "locate_inputs": ["spark_join"],
         "spark_join": ["publish_metrics"],
         "publish_metrics": [],
     },
     "nightly_drift": {
-        "stage_samples": ["prepare_versions", "publish_reports", "spark_arguments", "validate_feature_contract"],
+        "locate_samples": ["prepare_versions", "publish_reports", "spark_arguments", "validate_feature_contract"],
         "validate_feature_contract": ["prepare_versions"],
         "prepare_versions": ["publish_reports", "spark_arguments"],
         "spark_arguments": ["spark_drift"],

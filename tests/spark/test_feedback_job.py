@@ -154,7 +154,8 @@ def test_job_equals_reference(
 
     assert result.rows == expected.rows
     assert result.rejected == expected.rejected
-    document = json.loads(result.json_path.read_text())
+    document = json.loads(Path(result.json_path).read_text())
+    assert document == result.document
     assert document == json.loads(json.dumps(result_document(
         start=START, end=END, window_hours=window_hours, rows=expected.rows, rejected=expected.rejected
     )))
@@ -170,10 +171,10 @@ def test_rerun_overwrites_the_same_output(spark: SparkSession, tmp_path: Path) -
     pred_path, event_path = write_inputs(tmp_path, preds, events, partitioned=True)
     out = tmp_path / "runs" / "2026-11-01"
     first = run_feedback_join(pred_path, event_path, START, END, str(out), spark=spark)
-    json_before = first.json_path.read_text()
+    json_before = Path(first.json_path).read_text()
     quarantine_before = quarantine_rows(first.quarantine_path)
     second = run_feedback_join(pred_path, event_path, START, END, str(out), spark=spark)
-    assert second.json_path.read_text() == json_before
+    assert Path(second.json_path).read_text() == json_before
     assert quarantine_rows(second.quarantine_path) == quarantine_before
     assert sorted(p.name for p in out.parent.iterdir()) == ["2026-11-01"]  # no staging left behind
 

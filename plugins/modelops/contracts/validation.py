@@ -20,6 +20,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from modelops import spark_store
 from modelops.contracts import suites as _suites  # registers the custom expectations
 from modelops.errors import ContractError
 
@@ -278,6 +279,8 @@ def read_spark(spark: SparkSession, path: Path | str) -> SparkDataFrame:
     from pyspark.errors import PySparkException
     from pyspark.sql import functions as F
 
+    if spark_store.is_store_uri(str(path)):  # Parquet objects, read by the executors
+        return spark_store.read_frame(spark, spark_store.list_parquet([str(path)], f"contract input {path}"))
     path = Path(path)
     try:
         if path.suffix.lower() == ".csv":
@@ -309,8 +312,15 @@ def validate_path(
 
         spark = spark_session("modelops-contracts")
     frame = read_spark(spark, path)
-    report = validate(frame, suite)
-    return _with_row_count(report, frame.count())
+    in_store = spark_store.is_store_uri(str(path))
+    if in_store:  # GX scans the frame once per metric batch: read the objects once
+        frame = frame.persist()
+    try:
+        report = validate(frame, suite)
+        return _with_row_count(report, frame.count())
+    finally:
+        if in_store:
+            frame.unpersist()
 
 
 def _with_row_count(report: ValidationReport, rows: int) -> ValidationReport:

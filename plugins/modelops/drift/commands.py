@@ -6,7 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
-from modelops.errors import ContractError
+from modelops.errors import ContractError, ObjectStoreError
 from modelops.features import DEFAULT_FEATURES_FILE
 
 
@@ -24,14 +24,26 @@ def _positive(raw: str) -> int:
     return value
 
 
+def _read_text(location: str) -> str:
+    """A local file or an ``s3://bucket/key`` object, as text."""
+    from modelops.spark_store import is_store_uri, split_uri
+
+    if is_store_uri(location):
+        from modelops.objectstore import ObjectStore
+
+        bucket, key = split_uri(location)
+        return ObjectStore.from_settings(bucket=bucket).get_bytes(key).decode()
+    return Path(location).read_text()
+
+
 def _run(args: argparse.Namespace) -> int:
     from modelops.drift.job import run_drift
 
     sections = None
     if args.sections:
         try:
-            sections = json.loads(Path(args.sections).read_text())
-        except (OSError, ValueError) as exc:
+            sections = json.loads(_read_text(args.sections))
+        except (OSError, ValueError, ObjectStoreError) as exc:
             raise ContractError(f"--sections {args.sections}: must be a readable JSON object "
                                 f"(example: {{\"Feature contract\": {{\"success\": true}}}}): {exc}") from exc
         if not isinstance(sections, dict):
@@ -59,7 +71,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
         ),
     )
     parser.add_argument("--baseline", required=True, metavar="PATH",
-                        help="baseline scored samples: Parquet file or dt=/hour= partitioned directory")
+                        help="baseline scored samples: Parquet file or dt=/hour= partitioned directory, local or "
+                             "s3://bucket/prefix (read by the Spark executors)")
     parser.add_argument("--current", required=True, metavar="PATH", help="current scored samples, same forms")
     parser.add_argument("--features", required=True, metavar="FILE",
                         help=f"feature metadata YAML (the project's: {DEFAULT_FEATURES_FILE})")
@@ -69,7 +82,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     parser.add_argument("--max-rows", type=_positive, default=1_000_000,
                         help="per side; a larger side is reduced to a seeded uniform sample of this size")
     parser.add_argument("--sections", default=None, metavar="FILE",
-                        help="JSON object of extra report sections (title -> text, mapping or list of mappings)")
+                        help="JSON object of extra report sections (title -> text, mapping or list of mappings); "
+                             "a local file or s3://bucket/key")
     parser.add_argument("--master", default=None,
                         help="Spark master URL (default: MODELOPS_SPARK_MASTER, local[2])")
     parser.set_defaults(func=_run)

@@ -112,24 +112,42 @@ class DriftResult:
 # --------------------------------------------------------------------------------------------
 
 
-def _read(spark: SparkSession, path: str, columns: Sequence[str], side: str) -> DataFrame:
+def _read(spark: SparkSession, path: str, columns: Sequence[str], side: str) -> tuple[DataFrame, int | None]:
+    """The side's frame (keys + columns as doubles) and, from an object store, its rows (Parquet footers).
+
+    ``s3://`` locations are read by the executors (:mod:`modelops.spark_store`); local ones by Spark.
+    """
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
-    try:
-        df = spark.read.parquet(path)
-    except AnalysisException as exc:
-        message = f"drift: cannot read {side} scored samples at {path}: {exc.getMessage()}"
-        raise ModelopsError(message) from exc
-    missing = [c for c in columns if c not in df.columns]
+    from modelops import spark_store
+
+    rows: int | None = None
+    if spark_store.is_store_uri(path):
+        try:
+            objects = spark_store.list_parquet([path], f"drift: {side} scored samples")
+        except ContractError as exc:
+            raise ModelopsError(f"drift: cannot read {side} scored samples at {path}: {exc}") from exc
+        available = objects.columns
+    else:
+        try:
+            df = spark.read.parquet(path)
+        except AnalysisException as exc:
+            message = f"drift: cannot read {side} scored samples at {path}: {exc.getMessage()}"
+            raise ModelopsError(message) from exc
+        available = df.columns
+    missing = [c for c in columns if c not in available]
     if missing:
         shown = ", ".join(missing[:5]) + (f" (+{len(missing) - 5} more)" if len(missing) > 5 else "")
         raise ContractError(
             f"drift: {side} scored samples at {path} lack column(s) {shown}: every feature of the "
             "metadata and 'score' must be a column (see modelops.records.scored_samples_schema)"
         )
-    keys = [c for c in _KEY_COLUMNS if c in df.columns]
-    return df.select(*keys, *(F.col(c).cast("double").alias(c) for c in columns))
+    keys = [c for c in _KEY_COLUMNS if c in available]
+    if spark_store.is_store_uri(path):
+        df = spark_store.read_frame(spark, objects, [*keys, *columns])
+        rows = spark_store.count_rows(objects)
+    return df.select(*keys, *(F.col(c).cast("double").alias(c) for c in columns)), rows
 
 
 def _sample_key(df: DataFrame, columns: Sequence[str], seed: int) -> Column:
@@ -355,8 +373,9 @@ def compute_drift(
         raise ValueError("max_rows must be >= 1")
     columns = [SCORE_COLUMN, *(f.name for f in features)]
     paths = (baseline, current)
-    frames = [_read(spark, path, columns, side) for path, side in zip(paths, SIDES, strict=True)]
-    rows = [df.count() for df in frames]
+    read = [_read(spark, path, columns, side) for path, side in zip(paths, SIDES, strict=True)]
+    frames = [df for df, _ in read]
+    rows = [df.count() if known is None else known for df, known in read]
     clock.lap("count")
     for side, n, path in zip(SIDES, rows, paths, strict=True):
         if n == 0:

@@ -36,17 +36,20 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
             "Take the predictions with START <= ts < END, classify every feedback event read from "
             "EVENTS (kept, or rejected as malformed / unknown_token / outside_window / duplicate), "
             "and write DIR/ctr_cvr.json, DIR/ctr_cvr.parquet and DIR/quarantine/. Re-running the "
-            "same window replaces DIR."
+            "same window replaces DIR. Inputs and DIR are local paths or object-store locations "
+            "(s3://bucket/prefix, read and written by the Spark executors)."
         ),
     )
-    parser.add_argument("--predictions", required=True, metavar="PATH",
-                        help="prediction log: a dt=YYYY-MM-DD/hour=HH/ Parquet tree or one Parquet file")
-    parser.add_argument("--events", required=True, metavar="PATH",
-                        help="feedback log (tree or file); every event in it gets a verdict")
+    parser.add_argument("--predictions", required=True, nargs="+", metavar="PATH",
+                        help="prediction log: dt=YYYY-MM-DD/hour=HH/ Parquet trees or Parquet files, local or "
+                             "s3://bucket/prefix (example: s3://modelops/logs/predictions/dt=2026-11-01/hour=00)")
+    parser.add_argument("--events", required=True, nargs="+", metavar="PATH",
+                        help="feedback log (trees or files, local or s3://); every event in it gets a verdict")
     parser.add_argument("--start", required=True, type=_instant, metavar="ISO",
                         help="inclusive start, e.g. 2026-11-01T00:00:00Z (naive means UTC)")
     parser.add_argument("--end", required=True, type=_instant, metavar="ISO", help="exclusive end")
-    parser.add_argument("--out", required=True, metavar="DIR", help="output folder (dedicated to this window)")
+    parser.add_argument("--out", required=True, metavar="DIR",
+                        help="output folder or s3://bucket/prefix (dedicated to this window)")
     parser.add_argument("--window-hours", type=_hours, default=DEFAULT_WINDOW_HOURS, metavar="H",
                         help=f"feedback counts up to H hours after its prediction (default {DEFAULT_WINDOW_HOURS:g})")
     parser.add_argument("--master", default=None, metavar="URL",
@@ -65,6 +68,6 @@ def _feedback(args: argparse.Namespace) -> int:
         args.predictions, args.events, args.start, args.end, args.out,
         window_hours=args.window_hours, master=args.master,
     )
-    print(json.dumps(json.loads(result.json_path.read_text()), indent=2))
+    print(json.dumps(result.document, indent=2))
     print(f"wrote {result.json_path}, {result.parquet_path} and {result.quarantine_path}/")
     return 0

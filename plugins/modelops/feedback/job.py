@@ -22,22 +22,23 @@ Shape of the work (built-in SQL functions only: no Python UDFs, no window functi
 4. two actions: the quarantine write, which counts the rejections by reason as it goes
    (a Spark ``Observation``), and one small collect of the per-version counts.
 
-Outputs go to a staging folder next to ``out_dir`` that replaces ``out_dir`` by rename,
-so a re-run of the same window overwrites the whole output and a reader never sees half
-of one.
+Inputs and the output are local paths or object-store locations (``s3://bucket/prefix``,
+read and written by the executors through :mod:`modelops.spark_store`). A re-run of the same
+window replaces the whole output (:mod:`modelops.feedback.outputs`).
 """
 
 from __future__ import annotations
 
+import io
 import json
-import os
-import shutil
-import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
+
+from modelops import spark_store
 from modelops.errors import ContractError, ModelopsError
 from modelops.feedback.definitions import (
     DEFAULT_WINDOW_HOURS,
@@ -52,16 +53,15 @@ from modelops.feedback.definitions import (
     version_sort_key,
     window_micros,
 )
-from modelops.records import ACTIONS, FEEDBACK
+from modelops.feedback.outputs import JSON_NAME, PARQUET_NAME, QUARANTINE_NAME, output_for
+from modelops.records import ACTIONS, FEEDBACK, PREDICTIONS
 
 if TYPE_CHECKING:
     from pyspark.sql import Column, DataFrame, SparkSession
 
+    from modelops.feedback.outputs import Writer
+
 APP_NAME = "modelops-feedback-join"
-JSON_NAME = "ctr_cvr.json"
-PARQUET_NAME = "ctr_cvr.parquet"
-QUARANTINE_NAME = "quarantine"
-OUTPUT_NAMES = frozenset({JSON_NAME, PARQUET_NAME, QUARANTINE_NAME})
 PARTITION_COLUMNS = ("dt", "hour")
 
 # Internal column names (prefixed so they never clash with a log's own columns).
@@ -83,19 +83,26 @@ _LAST = "9999-12-31 23:59:59.999999"
 
 @dataclass(frozen=True)
 class FeedbackResult:
-    """What one run produced: the per-version rows, rejected counts and where the files are."""
+    """What one run produced: the per-version rows, rejected counts, the document and where the files are.
+
+    The locations are local paths or ``s3://`` URIs, as ``out_dir`` was given.
+    """
 
     rows: tuple[VersionCounts, ...]
     rejected: dict[str, int]
-    out_dir: Path
-    json_path: Path
-    parquet_path: Path
-    quarantine_path: Path
+    document: dict[str, Any]
+    out_dir: str
+    json_path: str
+    parquet_path: str
+    quarantine_path: str
+
+
+Locations = str | Sequence[str]
 
 
 def run_feedback_join(
-    predictions: str,
-    events: str,
+    predictions: Locations,
+    events: Locations,
     start: datetime,
     end: datetime,
     out_dir: str,
@@ -107,12 +114,13 @@ def run_feedback_join(
     """Join one window's predictions with the feedback events and write CTR/CVR per version.
 
     Args:
-        predictions: prediction log: a ``dt=/hour=`` folder tree or a single Parquet file.
-        events: feedback log (tree or file); every event in it gets a verdict.
+        predictions: prediction log: ``dt=/hour=`` folder trees or single Parquet files, local
+            or ``s3://bucket/prefix`` locations (one or several, not mixed).
+        events: feedback log, the same forms; every event in it gets a verdict.
         start: inclusive start of the window (naive means UTC).
         end: exclusive end of the window.
-        out_dir: local folder that will hold ``ctr_cvr.json``, ``ctr_cvr.parquet`` and
-            ``quarantine/`` (replaced as a whole on a re-run).
+        out_dir: local folder or ``s3://bucket/prefix`` that will hold ``ctr_cvr.json``,
+            ``ctr_cvr.parquet`` and ``quarantine/`` (replaced as a whole on a re-run).
         window_hours: how long after its prediction an event still counts.
         master: Spark master URL; ``MODELOPS_SPARK_MASTER`` when omitted.
         spark: an existing session to use instead of creating one (tests, benchmarks).
@@ -124,41 +132,38 @@ def run_feedback_join(
     """
     start, end = check_interval(start, end)
     window_us = window_micros(window_hours)
-    target = Path(out_dir).resolve()
-    _check_target(target)
+    output = output_for(out_dir)
     if spark is None:
         from modelops.spark import spark_session
 
         spark = spark_session(APP_NAME, master)
     _tune(spark)
 
-    preds = _read(spark, predictions, "predictions", ("feedback_token", "ts", "model", "model_version"))
+    preds = _read(spark, predictions, "predictions", ("feedback_token", "ts", "model", "model_version"),
+                  PREDICTIONS, project=True)
     preds = _in_run(preds, start, end)
-    raw_events = _read(spark, events, "events", ("feedback_token", "action", "ts"))
+    raw_events = _read(spark, events, "events", ("feedback_token", "action", "ts"), FEEDBACK, project=False)
     plan = _plan(raw_events, preds, window_us)
     plan.matched.persist()
     try:
-        staging = target.parent / f".{target.name}.staging-{uuid.uuid4().hex[:12]}"
-        try:
-            rejected = _write_quarantine(plan.rejected, staging / QUARANTINE_NAME)
+        with output.writing() as writer:
+            rejected = _write_quarantine(plan.rejected, writer)
             rows = _collect_rows(preds, plan.firsts)
-            _write_rows(staging / PARQUET_NAME, rows)
+            writer.put(PARQUET_NAME, _rows_parquet(rows))
             document = result_document(
                 start=start, end=end, window_hours=window_hours, rows=rows, rejected=rejected
             )
-            (staging / JSON_NAME).write_text(json.dumps(document, indent=2) + "\n")
-            _swap(staging, target)
-        finally:
-            shutil.rmtree(staging, ignore_errors=True)
+            writer.put(JSON_NAME, (json.dumps(document, indent=2) + "\n").encode())
     finally:
         plan.matched.unpersist()
     return FeedbackResult(
         rows=rows,
         rejected=rejected,
-        out_dir=target,
-        json_path=target / JSON_NAME,
-        parquet_path=target / PARQUET_NAME,
-        quarantine_path=target / QUARANTINE_NAME,
+        document=document,
+        out_dir=output.root,
+        json_path=output.location(JSON_NAME),
+        parquet_path=output.location(PARQUET_NAME),
+        quarantine_path=output.location(QUARANTINE_NAME),
     )
 
 
@@ -173,20 +178,39 @@ def _tune(spark: SparkSession) -> None:
     spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
 
 
-def _read(spark: SparkSession, path: str, what: str, required: tuple[str, ...]) -> DataFrame:
+def _read(spark: SparkSession, location: Locations, what: str, required: tuple[str, ...], schema: pa.Schema,
+          *, project: bool) -> DataFrame:
+    """A log as a frame; from the object store only ``required`` columns when ``project``.
+
+    An object-store location without objects reads as an empty log of ``schema``.
+    """
     from pyspark.errors import PySparkException
 
+    locations = [location] if isinstance(location, str) else list(location)
+    in_store = [spark_store.is_store_uri(loc) for loc in locations]
+    if not locations or (any(in_store) and not all(in_store)):
+        raise ContractError(f"{what}: give one or more local paths or one or more s3:// locations, not "
+                            f"a mix (example: s3://modelops/logs/feedback/dt=2026-11-01/), got {locations}")
+    shown = locations[0] if len(locations) == 1 else locations
+    if all(in_store):
+        objects = spark_store.list_parquet(locations, what, empty_schema=schema)
+        _check_columns(what, shown, required, objects.columns)
+        return spark_store.read_frame(spark, objects, list(required) if project else None)
     try:
-        frame = spark.read.parquet(path)
+        frame = spark.read.parquet(*locations)
     except PySparkException as exc:
-        raise ContractError(f"{what}: cannot read Parquet at {path!r}: {exc}") from exc
-    missing = [c for c in required if c not in frame.columns]
+        raise ContractError(f"{what}: cannot read Parquet at {shown!r}: {exc}") from exc
+    _check_columns(what, shown, required, frame.columns)
+    return frame
+
+
+def _check_columns(what: str, shown: object, required: tuple[str, ...], columns: list[str]) -> None:
+    missing = [c for c in required if c not in columns]
     if missing:
         raise ContractError(
-            f"{what} at {path!r} lack column(s) {missing}; found {frame.columns} "
+            f"{what} at {shown!r} lack column(s) {missing}; found {columns} "
             f"(see modelops.records for the schema)"
         )
-    return frame
 
 
 def _in_run(preds: DataFrame, start: datetime, end: datetime) -> DataFrame:
@@ -307,7 +331,7 @@ def _plan(raw_events: DataFrame, preds: DataFrame, window_us: int) -> _Plan:
     return _Plan(matched=matched, firsts=firsts, rejected=rejected)
 
 
-def _write_quarantine(rejected: DataFrame, path: Path) -> dict[str, int]:
+def _write_quarantine(rejected: DataFrame, writer: Writer) -> dict[str, int]:
     """Write the rejected events and count them by reason in the same pass."""
     from pyspark.sql import Observation
     from pyspark.sql import functions as F
@@ -316,7 +340,7 @@ def _write_quarantine(rejected: DataFrame, path: Path) -> dict[str, int]:
     counted = rejected.observe(
         observation, *(F.count_if(F.col(_REASON) == r.value).alias(r.value) for r in REASON_PRECEDENCE)
     )
-    counted.write.mode("overwrite").parquet(str(path))
+    writer.frame(QUARANTINE_NAME, counted)
     return rejected_counts({k: int(v) for k, v in observation.get.items()})
 
 
@@ -359,8 +383,7 @@ def _collect_rows(preds: DataFrame, firsts: DataFrame) -> tuple[VersionCounts, .
     )
 
 
-def _write_rows(path: Path, rows: tuple[VersionCounts, ...]) -> None:
-    import pyarrow as pa
+def _rows_parquet(rows: tuple[VersionCounts, ...]) -> bytes:
     import pyarrow.parquet as pq
 
     schema = pa.schema(
@@ -377,26 +400,6 @@ def _write_rows(path: Path, rows: tuple[VersionCounts, ...]) -> None:
         ],
         metadata={"schema_version": "1"},
     )
-    pq.write_table(pa.Table.from_pylist([r.to_json() for r in rows], schema=schema), path)
-
-
-def _check_target(target: Path) -> None:
-    if target.exists():
-        if not target.is_dir():
-            raise ModelopsError(f"output {target} exists and is not a folder")
-        foreign = sorted(p.name for p in target.iterdir() if p.name not in OUTPUT_NAMES)
-        if foreign:
-            raise ModelopsError(
-                f"refusing to replace output folder {target}: it holds files this job did not write "
-                f"{foreign[:5]}; pass an empty or dedicated folder (example: --out runs/feedback/2026-11-01)"
-            )
-    target.parent.mkdir(parents=True, exist_ok=True)
-
-
-def _swap(staging: Path, target: Path) -> None:
-    """Replace ``target`` with ``staging`` by two renames (the old output is removed last)."""
-    old = target.parent / f".{target.name}.old-{uuid.uuid4().hex[:12]}"
-    if target.exists():
-        os.replace(target, old)
-    os.replace(staging, target)
-    shutil.rmtree(old, ignore_errors=True)
+    sink = io.BytesIO()
+    pq.write_table(pa.Table.from_pylist([r.to_json() for r in rows], schema=schema), sink)
+    return sink.getvalue()

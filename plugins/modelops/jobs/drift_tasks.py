@@ -1,4 +1,4 @@
-"""The nightly_drift DAG's task bodies: contract check, baselines, staging, publishing, alerts.
+"""The nightly_drift DAG's task bodies: contract check, baselines, job arguments, publishing, alerts.
 
 For day D and each model version in Production:
 
@@ -6,82 +6,68 @@ For day D and each model version in Production:
   after promotion, captured once (``baselines/<model>/v<K>/samples.parquet``) and recorded
   on the MLflow version (``modelops.drift_baseline*`` tags); the day it is captured has no
   drift report. Rows that form the baseline never count as current.
-* current = D's scored samples of that version.
+* current = D's scored samples of that version (``jobs/drift/dt=D/<model>-v<K>/current.parquet``).
 
-Spark computes the statistics (``modelops drift`` through spark-submit); these functions
-move files, record results and notify.
+Spark computes the statistics (``modelops drift`` through spark-submit): its executors read
+the baseline and the current samples from the object store and the job writes the report to
+``reports/drift/<model>/v<K>/dt=D/``. The tasks hand each other ``s3://`` locations only, so
+each may run on a different machine; these functions pick data, record results and notify.
 """
 
 from __future__ import annotations
 
 import json
-import shutil
-from dataclasses import dataclass
+import tempfile
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-from modelops.config import settings
 from modelops.objectstore import ObjectStore
 from modelops.records import LOG_PREFIXES
 
 REPORTS_PREFIX = "reports/drift"
 BASELINES_PREFIX = "baselines"
+JOBS_PREFIX = "jobs/drift"
+SECTIONS_NAME = "contract_section.json"
 BASELINE_TAG = "modelops.drift_baseline"
 BASELINE_DAY_TAG = "modelops.drift_baseline_day"
 BASELINE_UNTIL_TAG = "modelops.drift_baseline_until"
 
 
-@dataclass(frozen=True)
-class DayPaths:
-    root: Path
-
-    @classmethod
-    def for_day(cls, day: str) -> DayPaths:
-        return cls(settings().home / "jobs" / "drift" / f"dt={day}")
-
-    @property
-    def samples(self) -> Path:
-        return self.root / "samples"
-
-    @property
-    def sections(self) -> Path:
-        return self.root / "contract_section.json"
-
-    def version_dir(self, model: str, triton_version: int) -> Path:
-        return self.root / f"{model}-v{triton_version}"
+def samples_prefix(day: str) -> str:
+    """D's scored-sample partitions (``dt=D/hour=HH/``) in the platform bucket."""
+    return f"{LOG_PREFIXES['scored_samples']}/dt={day}"
 
 
-def _day_bounds(day: str) -> tuple[datetime, datetime]:
-    start = datetime.fromisoformat(day).replace(tzinfo=UTC)
-    return start, start + timedelta(days=1)
+def work_prefix(day: str) -> str:
+    """D's intermediate objects: the contract section and each version's current samples."""
+    return f"{JOBS_PREFIX}/dt={day}"
 
 
-def stage_day(day: str) -> dict[str, Any]:
-    """Copy D's scored-sample partitions from the object store (replacing an earlier copy)."""
-    from modelops.jobs.staging import stage_partitions
-
-    paths = DayPaths.for_day(day)
-    start, end = _day_bounds(day)
-    files = stage_partitions(ObjectStore.from_settings(), LOG_PREFIXES["scored_samples"], start, end, paths.samples)
-    return {"day": day, "samples": str(paths.samples), "files": files}
+def locate_day(day: str) -> dict[str, Any]:
+    """The ``s3://`` location of D's scored samples and how many Parquet objects it holds."""
+    store = ObjectStore.from_settings()
+    files = sum(1 for key in store.list_keys(samples_prefix(day) + "/") if key.endswith(".parquet"))
+    return {"day": day, "samples": store.uri(samples_prefix(day)), "files": files}
 
 
-def validate_contract(day: str) -> dict[str, Any]:
-    """The GX feature suite on D's scored samples, with Spark; the summary goes into every report."""
+def validate_contract(day: str, files: int) -> dict[str, Any]:
+    """The GX feature suite on D's scored samples (Spark reads them from the store); stored for every report."""
     from modelops.contracts.validation import validate_path
 
-    paths = DayPaths.for_day(day)
-    if not any(paths.samples.rglob("*.parquet")):
+    store = ObjectStore.from_settings()
+    if not files:
         section: dict[str, Any] = {"status": "no scored samples for this day"}
     else:
-        report = validate_path(paths.samples, "features", engine="spark")
+        report = validate_path(store.uri(samples_prefix(day)), "features", engine="spark")
         failed = [o.describe() for o in report.failed]
         section = {
             "suite": report.suite, "engine": report.engine, "success": report.success,
             "rows": report.row_count, "failed_expectations": failed or ["none"],
         }
-    paths.sections.write_text(json.dumps({"Feature contract (Great Expectations, Spark)": section}, indent=2))
+    document = {"Feature contract (Great Expectations, Spark)": section}
+    store.put_bytes(f"{work_prefix(day)}/{SECTIONS_NAME}", json.dumps(document, indent=2).encode(),
+                    content_type="application/json")
     return section
 
 
@@ -106,110 +92,113 @@ def first_full_day_after(promoted_at: str) -> date:
     return (when + timedelta(days=1)).date()
 
 
-def _filter_version(samples: Path, model: str, triton_version: int, dst: Path,
-                    *, after: datetime | None = None) -> int:
-    """Write the rows of one version (optionally ts > after) to ``dst`` as one Parquet file; returns rows.
+def _filter_version(samples: str, model: str, triton_version: int, dst: str,
+                    *, after: datetime | None = None) -> tuple[int, datetime | None]:
+    """Write the rows of one version (optionally ts > after) under ``samples`` to the object ``dst``.
 
-    Streams record batches (pyarrow dataset), so memory stays bounded by one batch.
+    Both are ``s3://`` locations; record batches are streamed from the store to the store
+    (pyarrow dataset), so memory stays bounded by one batch. Returns (rows, latest ts);
+    nothing is written when no row matches.
     """
+    import pyarrow as pa
+    import pyarrow.compute as pc
     import pyarrow.dataset as ds
     import pyarrow.parquet as pq
 
-    files = sorted(str(p) for p in samples.rglob("*.parquet"))
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    if not files:
-        return 0
-    dataset = ds.dataset(files, format="parquet")
+    from modelops import spark_store
+
+    objects = spark_store.list_parquet([samples], "scored samples", empty_schema=pa.schema([]))
+    if not objects.paths:
+        return 0, None
+    store = spark_store.filesystem()
+    bucket, key = spark_store.split_uri(dst)
+    dataset = ds.dataset(list(objects.paths), filesystem=store, format="parquet")
     condition = (ds.field("model") == model) & (ds.field("model_version") == triton_version)
     if after is not None:
-        import pyarrow as pa
-
         condition = condition & (ds.field("ts") > pa.scalar(after, type=pa.timestamp("us", tz="UTC")))
-    rows = 0
+    rows, latest = 0, None
+    sink: Any = None
     writer = None
     try:
         for batch in dataset.to_batches(filter=condition):
             if batch.num_rows == 0:
                 continue
             if writer is None:
-                writer = pq.ParquetWriter(str(dst), batch.schema)
+                sink = store.open_output_stream(f"{bucket}/{key}")
+                writer = pq.ParquetWriter(sink, batch.schema)
             writer.write_batch(batch)
             rows += batch.num_rows
+            top = pc.max(batch.column("ts")).as_py()
+            latest = top if latest is None or (top is not None and top > latest) else latest
     finally:
         if writer is not None:
             writer.close()
-    return rows
+        if sink is not None:
+            sink.close()
+    return rows, latest
 
 
 def prepare_version(day: str, version: dict[str, Any]) -> dict[str, Any] | None:
-    """Baseline and current Parquet for one version, or None when there is nothing to compare yet.
+    """Object-store locations of the baseline and current samples of one version, or None (nothing to compare).
 
-    On the launch day the day's samples are captured as the baseline (uploaded, recorded on
-    the MLflow version) and no comparison is made that day.
+    On the launch day the day's samples are captured as the baseline (written to the store,
+    recorded on the MLflow version) and no comparison is made that day.
     """
     from modelops.registry.mlflow_registry import MlflowRegistry
 
     model, triton_version = str(version["model"]), int(version["triton_version"])
     tags: dict[str, str] = version["tags"]
-    paths = DayPaths.for_day(day)
-    vdir = paths.version_dir(model, triton_version)
-    shutil.rmtree(vdir, ignore_errors=True)
     store = ObjectStore.from_settings()
-    registry = MlflowRegistry.from_settings()
+    samples = store.uri(samples_prefix(day))
     baseline_key = tags.get(BASELINE_TAG)
     if not baseline_key:
         promoted_at = tags.get("modelops.promoted_at")
         if not promoted_at or date.fromisoformat(day) < first_full_day_after(promoted_at):
             return None  # launch day not complete yet
-        captured = vdir / "baseline.parquet"
-        rows = _filter_version(paths.samples, model, triton_version, captured)
-        if rows == 0:
-            return None
-        import pyarrow.compute as pc
-        import pyarrow.parquet as pq
-
-        until = pc.max(pq.read_table(captured, columns=["ts"])["ts"]).as_py()
         key = f"{BASELINES_PREFIX}/{model}/v{triton_version}/samples.parquet"
-        store.put_bytes(key, captured.read_bytes())
-        registry.set_tags(model, version["version"], {BASELINE_TAG: key, BASELINE_DAY_TAG: day,
-                                                      BASELINE_UNTIL_TAG: until.isoformat()})
+        rows, until = _filter_version(samples, model, triton_version, store.uri(key))
+        if rows == 0 or until is None:
+            return None
+        MlflowRegistry.from_settings().set_tags(model, version["version"], {
+            BASELINE_TAG: key, BASELINE_DAY_TAG: day, BASELINE_UNTIL_TAG: until.isoformat()})
         print(f"{model} v{triton_version}: captured {rows} rows of {day} as the drift baseline ({key})")
         return None
-    baseline = vdir / "baseline.parquet"
-    baseline.parent.mkdir(parents=True, exist_ok=True)
-    baseline.write_bytes(store.get_bytes(baseline_key))
     after = None
     if tags.get(BASELINE_DAY_TAG) == day and tags.get(BASELINE_UNTIL_TAG):
         after = datetime.fromisoformat(tags[BASELINE_UNTIL_TAG])  # rows of the baseline are not current
-    current = vdir / "current.parquet"
-    rows = _filter_version(paths.samples, model, triton_version, current, after=after)
+    current = store.uri(f"{work_prefix(day)}/{model}-v{triton_version}/current.parquet")
+    rows, _ = _filter_version(samples, model, triton_version, current, after=after)
     if rows == 0:
         return None
-    return {**{k: v for k, v in version.items() if k != "tags"}, "baseline": str(baseline),
-            "current": str(current), "out": str(vdir / "report"), "current_rows": rows}
+    return {**{k: v for k, v in version.items() if k != "tags"}, "baseline": store.uri(baseline_key),
+            "current": current, "out": store.uri(f"{REPORTS_PREFIX}/{model}/v{triton_version}/dt={day}"),
+            "current_rows": rows}
 
 
 def submit_args(prepared: dict[str, Any], day: str, master: str) -> list[str]:
+    """The ``modelops drift`` arguments for spark-submit: object-store locations (and the code's feature file)."""
     from modelops.features import DEFAULT_FEATURES_FILE
 
+    sections = ObjectStore.from_settings().uri(f"{work_prefix(day)}/{SECTIONS_NAME}")
     return ["drift", "--baseline", prepared["baseline"], "--current", prepared["current"],
             "--features", str(DEFAULT_FEATURES_FILE), "--out", prepared["out"],
-            "--sections", str(DayPaths.for_day(day).sections), "--master", master]
+            "--sections", sections, "--master", master]
 
 
 def publish(day: str, prepared: dict[str, Any]) -> dict[str, Any]:
-    """Store the report (object store + MLflow artifacts on the version's run) and notify on drift."""
-    from modelops.jobs.staging import upload_folder
+    """Read the report the job wrote to the store, attach it to the version's MLflow run, notify on drift."""
+    from modelops.spark_store import split_uri
 
-    out = Path(prepared["out"])
-    document = json.loads((out / "drift.json").read_text())
+    bucket, prefix = split_uri(prepared["out"])
+    store = ObjectStore.from_settings(bucket=bucket)
+    document = json.loads(store.get_bytes(f"{prefix}/drift.json"))
     model, triton_version = prepared["model"], prepared["triton_version"]
-    prefix = f"{REPORTS_PREFIX}/{model}/v{triton_version}/dt={day}"
-    store = ObjectStore.from_settings()
-    upload_folder(store, out, prefix)
     from modelops.registry.mlflow_registry import MlflowRegistry
 
-    MlflowRegistry.from_settings().log_artifacts(prepared["run_id"], out, f"drift/dt={day}")
+    with tempfile.TemporaryDirectory(prefix="modelops-drift-") as tmp:
+        for name in ("drift.json", "drift_report.html"):
+            (Path(tmp) / name).write_bytes(store.get_bytes(f"{prefix}/{name}"))
+        MlflowRegistry.from_settings().log_artifacts(prepared["run_id"], Path(tmp), f"drift/dt={day}")
     report_uri = store.uri(f"{prefix}/drift_report.html")
     from modelops.cockpit.describe import refresh_quietly
 

@@ -1,46 +1,21 @@
-"""The feedback_join DAG's task bodies: stage the day's logs, (Spark runs), publish CTR / CVR.
+"""The feedback_join DAG's task bodies: locate the day's logs, (Spark runs), publish CTR / CVR.
 
 Day D's run reads predictions of [D, D+1) and feedback events of [D, D+1+window) and
 writes ``metrics/ctr_cvr/dt=D/`` (JSON, Parquet, quarantine). Re-running D replaces the
-same keys with the same numbers.
+same keys with the same numbers. Everything the tasks hand each other is an ``s3://``
+location: the Spark job reads the partitions and writes its output in the object store.
 """
 
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
 
-from modelops.config import Settings, settings
 from modelops.objectstore import ObjectStore
 from modelops.records import LOG_PREFIXES
 
 METRICS_PREFIX = "metrics/ctr_cvr"
-
-
-@dataclass(frozen=True)
-class FeedbackPaths:
-    """Local folders of one day's run (under ``MODELOPS_HOME/jobs/feedback/dt=D``)."""
-
-    root: Path
-
-    @classmethod
-    def for_day(cls, day: str, cfg: Settings | None = None) -> FeedbackPaths:
-        return cls((cfg or settings()).home / "jobs" / "feedback" / f"dt={day}")
-
-    @property
-    def predictions(self) -> Path:
-        return self.root / "predictions"
-
-    @property
-    def events(self) -> Path:
-        return self.root / "events"
-
-    @property
-    def out(self) -> Path:
-        return self.root / "out"
 
 
 def window(day: str, window_hours: float) -> tuple[datetime, datetime, datetime]:
@@ -50,41 +25,44 @@ def window(day: str, window_hours: float) -> tuple[datetime, datetime, datetime]
     return start, end, end + timedelta(hours=window_hours)
 
 
-def stage(day: str, window_hours: float) -> dict[str, Any]:
-    """Copy the day's prediction partitions and the feedback partitions of its window."""
-    from modelops.jobs.staging import stage_partitions
+def output_prefix(day: str) -> str:
+    return f"{METRICS_PREFIX}/dt={day}"
 
-    paths = FeedbackPaths.for_day(day)
+
+def locate(day: str, window_hours: float) -> dict[str, Any]:
+    """The ``s3://`` locations of the day's prediction partitions and of the feedback partitions of its window.
+
+    A log without a partition in the window is handed over as the day's (empty) prefix: the job
+    reads it as an empty log.
+    """
+    from modelops.jobs.staging import partition_uris
+
     start, end, events_end = window(day, window_hours)
     store = ObjectStore.from_settings()
-    n_pred = stage_partitions(store, LOG_PREFIXES["predictions"], start, end, paths.predictions)
-    n_events = stage_partitions(store, LOG_PREFIXES["feedback"], start, events_end, paths.events)
-    return {"predictions": str(paths.predictions), "events": str(paths.events), "out": str(paths.out),
-            "prediction_files": n_pred, "event_files": n_events,
+    predictions, n_pred = partition_uris(store, LOG_PREFIXES["predictions"], start, end)
+    events, n_events = partition_uris(store, LOG_PREFIXES["feedback"], start, events_end)
+    return {"predictions": predictions or [store.uri(f"{LOG_PREFIXES['predictions']}/dt={day}")],
+            "events": events or [store.uri(f"{LOG_PREFIXES['feedback']}/dt={day}")],
+            "out": store.uri(output_prefix(day)), "prediction_files": n_pred, "event_files": n_events,
             "start": start.isoformat(), "end": end.isoformat()}
 
 
-def submit_args(staged: dict[str, Any], window_hours: float, master: str) -> list[str]:
-    """The ``modelops feedback`` arguments for spark-submit."""
-    return ["feedback", "--predictions", staged["predictions"], "--events", staged["events"],
-            "--start", staged["start"], "--end", staged["end"], "--out", staged["out"],
+def submit_args(located: dict[str, Any], window_hours: float, master: str) -> list[str]:
+    """The ``modelops feedback`` arguments for spark-submit (object-store locations only)."""
+    return ["feedback", "--predictions", *located["predictions"], "--events", *located["events"],
+            "--start", located["start"], "--end", located["end"], "--out", located["out"],
             "--window-hours", str(window_hours), "--master", master]
 
 
 def publish(day: str) -> dict[str, Any]:
-    """Upload the day's results to ``metrics/ctr_cvr/dt=D/`` and log CTR / CVR to MLflow per version."""
-    from modelops.jobs.staging import upload_folder
-
-    paths = FeedbackPaths.for_day(day)
-    document = json.loads((paths.out / "ctr_cvr.json").read_text())
+    """Read the day's results the job wrote to ``metrics/ctr_cvr/dt=D/`` and log CTR / CVR to MLflow per version."""
     store = ObjectStore.from_settings()
-    prefix = f"{METRICS_PREFIX}/dt={day}"
-    for stale in list(store.list_keys(prefix + "/")):
-        store.delete(stale)
-    keys = upload_folder(store, paths.out, prefix)
+    prefix = output_prefix(day)
+    document = json.loads(store.get_bytes(f"{prefix}/ctr_cvr.json"))
+    files = sum(1 for _ in store.list_keys(prefix + "/"))
     logged = log_to_mlflow(day, document["by_version"])
     pushed = _push_metrics(day, document)
-    return {"uri": store.uri(prefix + "/"), "files": len(keys), "by_version": document["by_version"],
+    return {"uri": store.uri(prefix + "/"), "files": files, "by_version": document["by_version"],
             "rejected": document["rejected"], "mlflow_versions": logged, "metrics_pushed": pushed}
 
 

@@ -1,15 +1,13 @@
-"""Copy the hourly partitions of an event log from the object store to a local folder.
+"""Where a job's inputs are: the hourly partitions of an event log in the object store, as ``s3://`` URIs.
 
-The embedded Spark has no S3 connector (hadoop-aws comes from Maven, which this platform
-does not reach), so jobs read a local copy of exactly the partitions they need. On a
-cluster with s3a configured, jobs can read ``s3a://`` paths directly instead.
+The Spark jobs read the object store themselves (the executors, see :mod:`modelops.spark_store`),
+so the tasks only pick the partitions and hand their locations over; nothing is copied to the
+task's disk, and the tasks of one run may run on different machines.
 """
 
 from __future__ import annotations
 
-import shutil
 from datetime import datetime, timedelta
-from pathlib import Path
 
 from modelops.objectstore import ObjectStore
 from modelops.records import partition_path
@@ -26,29 +24,13 @@ def hours(start: datetime, end: datetime) -> list[datetime]:
     return out
 
 
-def stage_partitions(store: ObjectStore, prefix: str, start: datetime, end: datetime, dst: Path) -> int:
-    """Mirror ``<prefix>/dt=…/hour=…/`` for the hours of [start, end) into ``dst`` (replaced). Returns files."""
-    if dst.exists():
-        shutil.rmtree(dst)
-    dst.mkdir(parents=True)
-    copied = 0
+def partition_uris(store: ObjectStore, prefix: str, start: datetime, end: datetime) -> tuple[list[str], int]:
+    """(``s3://`` URIs of the ``<prefix>/dt=…/hour=…`` partitions of [start, end) that hold Parquet, files)."""
+    uris, files = [], 0
     for hour in hours(start, end):
         part = partition_path(prefix, hour)
-        for key in store.list_keys(part + "/"):
-            if not key.endswith(".parquet"):
-                continue
-            target = dst / key[len(prefix.rstrip("/")) + 1:]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(store.get_bytes(key))
-            copied += 1
-    return copied
-
-
-def upload_folder(store: ObjectStore, folder: Path, prefix: str) -> list[str]:
-    """Upload every file under ``folder`` to ``prefix`` (same relative paths); returns the keys."""
-    keys = []
-    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.name.startswith(".")):
-        key = f"{prefix.rstrip('/')}/{path.relative_to(folder).as_posix()}"
-        store.put_bytes(key, path.read_bytes())
-        keys.append(key)
-    return keys
+        found = sum(1 for key in store.list_keys(part + "/") if key.endswith(".parquet"))
+        if found:
+            uris.append(store.uri(part))
+            files += found
+    return uris, files
