@@ -6,7 +6,9 @@ the object store applied by the gateway, Triton load/unload, MLflow promote/roll
 tags, checkpoint in the object store, :class:`~modelops.canary.sources.ScrapeSource`
 over the gateway's and Triton's ``/metrics``), in this process, against a real stack
 (object store + MLflow + Triton + gateway; Airflow is not started). The loop is the
-operator's: wait out ``interval_s``, close the window, measure it
+operator's: wait out ``interval_s`` (looking at the window so far every ``check_s``, as the
+trigger does, and closing it early when the error test already finds the canary bad), close
+the window, measure it
 (the source's ``measure_between``), ``runner.handle``, until the release
 ends; windows are contiguous (the marker that closes one opens the next, as the trigger
 does). Airflow adds its hop on top of every window (defer, triggerer, worker pick-up):
@@ -269,6 +271,7 @@ def _run_trial(variant: str, trained: Any, cfg: Any, model: str, spec: Any,
                cap_s: float, verbose: bool = False) -> Trial:
     from modelops.canary.actions import AbortCommand
     from modelops.canary.adapters import ObjectStoreRoutes, TritonServing
+    from modelops.canary.early import wait_window
     from modelops.canary.gates import p99_ms
     from modelops.canary.operator import wire
     from modelops.canary.status import Phase
@@ -285,8 +288,8 @@ def _run_trial(variant: str, trained: Any, cfg: Any, model: str, spec: Any,
     # The operator's loop: contiguous windows, the marker that closes one opens the next.
     opened = source.open_window(model, time.time())
     while not status.phase.terminal and status.phase is not Phase.PAUSED and time.time() - started < cap_s:
-        time.sleep(max(0.0, float(opened["at"]) + spec.interval_s - time.time()))
-        closed = source.open_window(model, time.time())
+        # The trigger's wait: the error test looks at the window so far every check_s (early: rolled back).
+        closed, _early = wait_window(source, model, stable_tv, canary_tv, opened, spec, status.error_evidence)
         weight = status.weight
         m = source.measure_between(model, stable_tv, canary_tv, opened, closed)
         status = runner.handle(m)
@@ -467,6 +470,7 @@ def _bench(args: argparse.Namespace, variants: list[str], cfg: Any, store: Any, 
             "collapsed": {"variant": "collapsed"},
         }
         print(f"spec: steps {args.steps} %, interval {spec.interval_s:g} s, min_requests {spec.min_requests}, "
+              f"check_s {spec.check_s:g}, error_rate_floor {spec.error_rate_floor:g}, "
               f"analyses_per_step {spec.analyses_per_step}, slo_p99_ms {spec.slo_p99_ms:g}, "
               f"failure_limit {spec.failure_limit}; "
               f"{args.trials} trial(s) x {len(variants)} variants at {args.rate:g} req/s\n", flush=True)

@@ -40,7 +40,7 @@ INTERVAL = 10.0
 SPEC = CanarySpec(interval_s=INTERVAL, min_requests=100, failure_limit=2, inconclusive_limit=3)
 GOOD = (window(), window())
 BAD = (window(errors=100), window())  # 10 % errors vs 0
-WAITING = (window(requests=100, errors=1), window())  # 1 % of 100: the error test needs more evidence
+WAITING = (window(requests=120, errors=1), window())  # 1 of 120: the error test needs more evidence
 SLOW = (window(latency_s=2.0), window(latency_s=0.02))
 COLLAPSED = (window(std=0.0), window())
 THIN = (window(requests=20), window())
@@ -211,7 +211,7 @@ def test_mttr_clock_starts_at_the_first_window_short_of_evidence() -> None:
 def test_error_evidence_is_summed_within_a_step_and_reset_at_the_next() -> None:
     run = play([WAITING, WAITING])
     first, second = run.statuses[1], run.statuses[2]
-    assert (first.error_evidence.canary_requests, first.error_evidence.canary_errors) == (100, 1)
+    assert (first.error_evidence.canary_requests, first.error_evidence.canary_errors) == (120, 1)
     assert second.weight == 0.05 and second.error_evidence.canary_requests == 0  # new step, new evidence
     restored = CanaryStatus.from_json(first.to_json())
     assert restored.error_evidence == first.error_evidence
@@ -245,7 +245,8 @@ def test_baseline_taken_from_the_first_healthy_stable_window() -> None:
     # stable's own error rate jumps from 0 to 4 % (below the absolute 5 % limit, far beyond noise): an incident
     degraded = (window(errors=50), window(errors=40))
     run = play([GOOD, degraded])
-    assert run.final.baseline is not None and run.final.baseline.error_rate == 0.0
+    # 0 errors in the stable's 1,000 requests: the Agresti-Coull centre (0 + 2) / (1000 + 4)
+    assert run.final.baseline is not None and run.final.baseline.error_rate == pytest.approx(2 / 1004)
     assert run.final.phase is Phase.PAUSED and run.notified()[-1] == "incident"
 
 

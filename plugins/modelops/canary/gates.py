@@ -64,7 +64,10 @@ class GateResult:
 
 @dataclass(frozen=True)
 class Baseline:
-    """The stable version's own health, taken from the first analysis with enough stable traffic."""
+    """The stable version's own health, taken from the first analysis with enough stable traffic.
+
+    ``error_rate`` is the Agresti-Coull centre of that window's errors (see :func:`baseline_of`).
+    """
 
     error_rate: float
     p99_ms: float
@@ -303,7 +306,10 @@ def baseline_of(spec: CanarySpec, m: Measurement) -> Baseline | None:
     rate, p99 = m.stable.error_rate, p99_ms(m.stable)
     if math.isnan(rate) or math.isnan(p99) or rate > spec.error_rate_limit or p99 > spec.slo_p99_ms:
         return None
-    return Baseline(rate, p99)
+    # One window's rate is itself noisy (a stable failing 1 % shows 0 errors in a third of 100-request
+    # windows, and a later window with 6 would then look like an incident): the baseline is the
+    # Agresti-Coull centre (errors + 2) / (requests + 4).
+    return Baseline((m.stable.errors + 2.0) / (m.stable.requests + 4.0), p99)
 
 
 def evaluate(spec: CanarySpec, m: Measurement, baseline: Baseline | None = None,

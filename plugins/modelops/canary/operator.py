@@ -229,7 +229,8 @@ class CanaryOperator(BaseOperator):
             m = wiring.source.measure(wiring.model, r.stable.triton_version, r.canary.triton_version, opened,
                                       time.time())
         self.log.info("window [%s] analysed %.1f s after the trigger fired",
-                      "closed by the trigger" if closed is not None else "closed by the worker",
+                      ("closed early by the error test" if (event or {}).get("early") else "closed by the trigger")
+                      if closed is not None else "closed by the worker",
                       now - float((event or {}).get("fired_at", now)))
         status = runner.resume()
         status, control = self._apply_control(wiring, status)
@@ -299,8 +300,13 @@ class CanaryOperator(BaseOperator):
         if opened is None:
             opened = wiring.source.open_window(wiring.model, time.time())
         release = wiring.runner.release.to_dict() if wiring.runner is not None else None
+        # What the trigger needs to look inside the window (the error test on the traffic so far).
+        look: dict[str, Any] = {} if wiring.runner is None else {
+            "opened": dict(opened), "stable_version": wiring.runner.release.stable.triton_version,
+            "spec": spec.to_dict(), "evidence": status.error_evidence.to_dict()}
         self.defer(trigger=CanaryIntervalTrigger(float(opened["at"]) + spec.interval_s, wiring.model,
-                                                 wiring.canary_version, gateway_urls=list(wiring.gateway_urls)),
+                                                 wiring.canary_version, gateway_urls=list(wiring.gateway_urls),
+                                                 **look),
                    method_name="execute_window", kwargs={"opened": opened, "release": release})
 
     def _finish(self, context: Any, status: CanaryStatus) -> dict[str, Any]:

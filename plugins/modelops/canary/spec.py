@@ -28,6 +28,9 @@ class CanarySpec:
     Attributes:
         steps: canary weights (0–1], strictly increasing, the last one 1.0 (= promotion).
         interval_s: length of one analysis window in seconds.
+        check_s: how often within a window the error test looks at the traffic so far; a canary
+            it already finds bad is rolled back at once, without waiting for the window's end
+            (0: only at the window's end).
         analyses_per_step: passed analyses needed at a step before the next one.
         min_requests: requests per version per window below which a gate is inconclusive.
         failure_limit: failed analyses (over the whole release) that trigger a rollback.
@@ -38,7 +41,9 @@ class CanarySpec:
         error_ratio: the error gate's sequential test (evidence summed over the windows of a
             step) holds a canary failing p1 = max(ratio × p0, error_rate_limit) of its requests
             bad, one failing p0 = max(stable rate, error_rate_floor) good.
-        error_rate_floor: absolute error-rate floor of p0 (0 vs 1 error is no breach).
+        error_rate_floor: absolute error-rate floor of p0, the acceptable canary error rate
+            while the stable version shows none (0 vs 1 error is no breach; 0.5 %: ten times the
+            99.95 % availability SLO's budget, and a canary failing 5 % is caught in ~60 requests).
         error_min_errors: fewer stable errors than this in a window never count as the stable
             version degrading (incident check).
         error_rate_limit: lowest bad canary error rate p1 of the sequential test, and the
@@ -56,6 +61,7 @@ class CanarySpec:
 
     steps: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 1.0)
     interval_s: float = 60.0
+    check_s: float = 1.0
     analyses_per_step: int = 1
     min_requests: int = 100
     failure_limit: int = 2
@@ -64,7 +70,7 @@ class CanarySpec:
     slo_p99_ms: float = 250.0
     latency_ratio: float = 1.5
     error_ratio: float = 2.0
-    error_rate_floor: float = 0.01
+    error_rate_floor: float = 0.005
     error_min_errors: int = 3
     error_rate_limit: float = 0.05
     false_promotion_rate: float = 0.01
@@ -194,6 +200,9 @@ def spec_problems(spec: CanarySpec) -> list[str]:
     for name, value in positive.items():
         if not value > 0 or math.isinf(value):
             problems.append(f"{name}={value!r}: must be a finite number > 0 (example: 1.5)")
+    if not spec.check_s >= 0 or math.isinf(spec.check_s):
+        problems.append(f"check_s={spec.check_s!r}: must be a finite number >= 0, 0 to look only at a window's "
+                        "end (example: 1.0)")
     at_least_one = {"analyses_per_step": spec.analyses_per_step, "min_requests": spec.min_requests,
                     "failure_limit": spec.failure_limit, "inconclusive_limit": spec.inconclusive_limit,
                     "ctr_min_tokens": spec.ctr_min_tokens}

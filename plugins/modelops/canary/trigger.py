@@ -8,6 +8,11 @@ that closes the window (a scrape of every gateway and Triton, or the moment for
 Prometheus) when it fires, and puts it in the event: the window ends on time whatever
 the worker's start-up delay, and the same marker opens the next window, so windows are
 contiguous and no traffic goes unmeasured between them.
+
+With the window's opening marker, the step's error evidence and the spec, the trigger also
+looks at the traffic so far every ``check_s`` (:mod:`modelops.canary.early`) and fires as
+soon as the sequential error test finds the canary bad: the rollback does not wait for the
+window's end.
 """
 
 from __future__ import annotations
@@ -31,18 +36,49 @@ class CanaryIntervalTrigger(BaseTrigger):
     """
 
     def __init__(self, due: float, model: str = "", canary_version: int = 0, what: str = "next analysis",
-                 gateway_urls: list[str] | None = None) -> None:
+                 gateway_urls: list[str] | None = None, opened: dict[str, Any] | None = None,
+                 stable_version: int = 0, spec: dict[str, Any] | None = None,
+                 evidence: dict[str, float] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.due = float(due)
         self.model = model
         self.canary_version = int(canary_version)
         self.what = what
         self.gateway_urls = None if gateway_urls is None else list(gateway_urls)
+        self.opened = opened
+        self.stable_version = int(stable_version)
+        self.spec = spec
+        self.evidence = evidence
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("modelops.canary.trigger.CanaryIntervalTrigger",
                 {"due": self.due, "model": self.model, "canary_version": self.canary_version, "what": self.what,
-                 "gateway_urls": self.gateway_urls})
+                 "gateway_urls": self.gateway_urls, "opened": self.opened, "stable_version": self.stable_version,
+                 "spec": self.spec, "evidence": self.evidence})
+
+    def _check_s(self) -> float:
+        """How often to look inside the window (0: not at all: no marker, spec or metrics to look with)."""
+        if self.gateway_urls is None or self.opened is None or self.spec is None:
+            return 0.0
+        return float(self.spec.get("check_s", 0.0))
+
+    def check_early(self) -> dict[str, Any] | None:
+        """The marker closing the window now if the traffic so far already fails the error test, else None."""
+        from modelops.canary.early import check_partial
+        from modelops.canary.operator import metrics_source
+        from modelops.canary.sequential import ErrorEvidence
+        from modelops.canary.spec import CanarySpec
+        from modelops.config import settings
+
+        assert self.opened is not None and self.spec is not None
+        try:
+            cfg = settings()
+            source = metrics_source(cfg, self.gateway_urls or cfg.gateway_url_list)
+            return check_partial(source, self.model, self.stable_version, self.canary_version, self.opened,
+                                 CanarySpec.from_dict(self.spec), ErrorEvidence.from_dict(self.evidence), time.time())
+        except Exception as exc:  # looking early is an optimisation; the window's end still decides
+            self.log.warning("canary %s: could not look inside the window: %s", self.model, exc)
+            return None
 
     def close_window(self) -> dict[str, Any] | None:
         """The marker that closes the window now (None if it cannot be taken: the worker measures then)."""
@@ -61,8 +97,17 @@ class CanaryIntervalTrigger(BaseTrigger):
     async def run(self) -> AsyncIterator[TriggerEvent]:
         remaining = self.due - time.time()
         self.log.info("%s v%s: %s in %.1f s", self.model, self.canary_version, self.what, max(remaining, 0))
+        check_s = self._check_s()
         while remaining > 0:
-            await asyncio.sleep(min(remaining, 10.0))
+            await asyncio.sleep(min(remaining, check_s or 10.0))
+            if check_s and time.time() < self.due:
+                early = await asyncio.to_thread(self.check_early)
+                if early is not None:
+                    self.log.info("%s v%s: the error test failed the canary %.1f s before the window's end",
+                                  self.model, self.canary_version, self.due - time.time())
+                    yield TriggerEvent({"due": self.due, "fired_at": time.time(),  # type: ignore[no-untyped-call]
+                                        "closed": early, "early": True})
+                    return
             remaining = self.due - time.time()
         fired_at = time.time()
         closed = None if self.gateway_urls is None else await asyncio.to_thread(self.close_window)
