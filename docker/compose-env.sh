@@ -8,11 +8,11 @@ PY=${PYTHON:-python3}
 secret() { "$PY" -c "import secrets; print(secrets.token_urlsafe(24))"; }
 for name in POSTGRES_PASSWORD AIRFLOW_ADMIN_PASSWORD AIRFLOW_JWT_SECRET AIRFLOW_API_SECRET_KEY \
     MLFLOW_ADMIN_PASSWORD MLFLOW_AIRFLOW_PASSWORD MODELOPS_FEEDBACK_SECRET S3_ADMIN_SECRET_KEY \
-    S3_AIRFLOW_SECRET_KEY S3_MLFLOW_SECRET_KEY S3_GATEWAY_SECRET_KEY S3_TRITON_SECRET_KEY GRAFANA_ADMIN_PASSWORD; do
+    S3_AIRFLOW_SECRET_KEY S3_MLFLOW_SECRET_KEY S3_GATEWAY_SECRET_KEY S3_TRITON_SECRET_KEY S3_SPARK_SECRET_KEY GRAFANA_ADMIN_PASSWORD; do
   echo "$name=$(secret)"
 done
 echo "AIRFLOW_FERNET_KEY=$("$PY" -c 'import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())')"
-for who in admin airflow mlflow gateway triton; do
+for who in admin airflow mlflow gateway triton spark; do
   echo "S3_${who^^}_ACCESS_KEY=${who}$("$PY" -c 'import secrets; print(secrets.token_hex(4))')"
 done
 cat <<ENV

@@ -2,7 +2,8 @@
 
 Versions are trained and registered by ``train_and_register`` and released by ``model_release`` over
 the Airflow REST API (tasks run in the scheduler container, Spark jobs on the spark-master/worker
-containers); traffic goes through the load balancer (gateway-lb → gateway-1/2). Every result is read
+containers, whose executors read their inputs from the object store and share no disk with the
+scheduler); traffic goes through the load balancer (gateway-lb → gateway-1/2). Every result is read
 where a user reads it: MLflow stages, aliases and tags; Triton's served versions; the routes,
 ``ctr_cvr`` and ``drift.json`` in the object store. The tests run in order and share one model.
 """
@@ -219,6 +220,42 @@ def test_object_store_identities_are_separate_and_tritons_is_read_only(
     object_store.delete(key)
 
 
+def test_the_spark_identity_reads_the_bucket_and_writes_only_the_feedback_output(
+    compose_settings: Settings, object_store: ObjectStore,
+) -> None:
+    """The Spark workers' own identity (the executors' store access): read everything, write metrics/ctr_cvr/ only."""
+    import os
+
+    from modelops.errors import ObjectStoreError
+
+    key = f"_compose/{uuid.uuid4().hex}"
+    object_store.put_bytes(key, b"a log")
+    spark = ObjectStore(compose_settings.s3_endpoint, compose_settings.bucket, os.environ["S3_SPARK_ACCESS_KEY"],
+                        os.environ["S3_SPARK_SECRET_KEY"], compose_settings.s3_region)
+    assert spark.get_bytes(key) == b"a log"
+    allowed = f"metrics/ctr_cvr/_compose-{uuid.uuid4().hex[:8]}/quarantine/part-x.parquet"
+    spark.put_bytes(allowed, b"parquet")
+    spark.delete(allowed)
+    for refused in (f"{key}-by-spark", f"reports/drift/_compose-{uuid.uuid4().hex[:8]}"):
+        with pytest.raises(ObjectStoreError, match=r"AccessDenied|Forbidden|403"):
+            spark.put_bytes(refused, b"refused")
+    with pytest.raises(ObjectStoreError, match=r"AccessDenied|Forbidden|403"):
+        replace(spark, bucket=compose_settings.mlflow_bucket).put_bytes(key, b"refused")
+    object_store.delete(key)
+
+
+def _locations(args: list[str], *flags: str) -> list[str]:
+    """The values of ``flags`` in a spark-submit argument list (each flag takes values up to the next flag)."""
+    out: list[str] = []
+    current = None
+    for arg in args:
+        if arg.startswith("--"):
+            current = arg
+        elif current in flags:
+            out.append(arg)
+    return out
+
+
 def _spark_apps(cfg: Settings) -> list[dict[str, Any]]:
     master = cfg.spark_master.replace("spark://", "http://").rsplit(":", 1)[0] + ":8080"
     state = requests.get(f"{master}/json/", timeout=10).json()
@@ -243,6 +280,14 @@ def test_feedback_join_runs_on_the_spark_cluster_and_publishes_ctr_cvr(
     assert airflow.wait("feedback_join", run_id, timeout_s=600) == "success", _states(
         airflow, "feedback_join", run_id)
     assert len(_spark_apps(compose_settings)) > apps_before, "the job did not run on the Spark cluster"
+    # The job got object-store locations only (the tasks share no disk with each other or the workers) ...
+    args = airflow.xcom("feedback_join", run_id, "locate_inputs")
+    inputs = _locations(args, "--predictions", "--events")
+    assert inputs and all(loc.startswith(f"s3://{compose_settings.bucket}/logs/") for loc in inputs), args
+    assert _locations(args, "--out") == [f"s3://{compose_settings.bucket}/metrics/ctr_cvr/dt={day}"]
+    # ... and its executors wrote the quarantine there (the Spark identity), the driver the results.
+    keys = list(object_store.list_keys(f"metrics/ctr_cvr/dt={day}/"))
+    assert any("/quarantine/part-" in k and k.endswith(".parquet") for k in keys), keys
     document = json.loads(object_store.get_bytes(f"metrics/ctr_cvr/dt={day}/ctr_cvr.json"))
     rows = [r for r in document["by_version"] if r["model"] == MODEL and r["model_version"] == STORY["stable_tv"]]
     assert len(rows) == 1
@@ -274,6 +319,17 @@ def test_nightly_drift_runs_on_the_spark_cluster_and_reports_the_drift(
     second = airflow.trigger("nightly_drift", run_id=f"compose-drift-{uuid.uuid4().hex[:6]}")
     assert airflow.wait("nightly_drift", second, timeout_s=600) == "success", _states(
         airflow, "nightly_drift", second)
+    # The job read the baseline and the day's samples of the version from the store and wrote the report there.
+    submitted = [a for a in airflow.xcom("nightly_drift", second, "spark_arguments")
+                 if f"{MODEL}/v{STORY['stable_tv']}/" in " ".join(a)]
+    assert len(submitted) == 1, submitted
+    args = submitted[0]
+    out = f"s3://{compose_settings.bucket}/reports/drift/{MODEL}/v{STORY['stable_tv']}/dt={day}"
+    assert _locations(args, "--out") == [out], args
+    for flag in ("--baseline", "--current", "--sections"):
+        (location,) = _locations(args, flag)
+        assert location.startswith(f"s3://{compose_settings.bucket}/"), args
+        assert object_store.exists(location.split("/", 3)[3]), location
     document = json.loads(object_store.get_bytes(
         f"reports/drift/{MODEL}/v{STORY['stable_tv']}/dt={day}/drift.json"))
     assert document["drifted"] is True

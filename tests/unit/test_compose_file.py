@@ -14,7 +14,15 @@ import pytest
 
 import compose
 from modelops.config import PROJECT_ROOT
-from modelops.deploy.preflight import SECRETS, check_secrets, parse_env_file, secret_problems
+from modelops.deploy.preflight import (
+    CONFIG_FILES,
+    SECRETS,
+    SPARK_WRITES,
+    check_secrets,
+    parse_env_file,
+    s3_identities_doc,
+    secret_problems,
+)
 from modelops.errors import ConfigError
 
 COMPOSE_BIN = Path(compose.__file__).parent / "docker-compose"
@@ -23,6 +31,10 @@ ENV_EXAMPLE = PROJECT_ROOT / ".env.example"
 # the Pushgateway and Alertmanager have no login and stay on the compose network (Grafana's Explore queries them).
 PUBLISHED = {"gateway-lb": 8400, "airflow-api-server": 8080, "mlflow": 5000, "grafana": 3000}
 FERNET = "q3Tq3vCIKyi_yy1UnY8xkGl2Z0Gsw4jEjQ3b2cQ3mXI="
+# The volumes init writes generated secrets into, and the only services that read each one.
+SECRET_READERS = {"objectstore-config": {"objectstore"}, "mlflow-config": {"mlflow"},
+                  "airflow-auth": {"airflow-api-server"}}
+IDENTITIES = ("ADMIN", "AIRFLOW", "MLFLOW", "GATEWAY", "TRITON", "SPARK")
 
 
 def resolve(env_text: str, tmp_path: Path, *files: str) -> subprocess.CompletedProcess[str]:
@@ -82,7 +94,38 @@ def test_the_scheduled_dags_are_live_from_the_start(production: dict) -> None:
 def test_each_service_has_its_own_object_store_identity(production: dict) -> None:
     keys = {name: production["services"][name]["environment"]["AWS_ACCESS_KEY_ID"]
             for name in ("airflow-scheduler", "mlflow", "gateway-1", "triton")}
-    assert len(set(keys.values())) == 4, keys
+    keys["spark-worker"] = production["services"]["spark-worker"]["environment"]["MODELOPS_S3_ACCESS_KEY"]
+    assert len(set(keys.values())) == 5, keys
+
+
+def test_the_spark_executors_read_the_bucket_and_write_only_the_feedback_output() -> None:
+    from modelops.jobs.feedback_tasks import METRICS_PREFIX
+
+    env = {f"S3_{who}_{kind}_KEY": f"{who.lower()}-{kind.lower()}"
+           for who in IDENTITIES for kind in ("ACCESS", "SECRET")}
+    doc = s3_identities_doc(env, "modelops", "mlflow")
+    spark = next(i for i in doc["identities"] if i["name"] == "spark")  # type: ignore[union-attr]
+    assert spark["actions"] == ["Read:modelops", "List:modelops", "Write:modelops/metrics/ctr_cvr/*"]
+    assert SPARK_WRITES == METRICS_PREFIX
+
+
+def test_generated_secrets_are_mounted_only_where_they_are_read(production: dict) -> None:
+    """Each generated config (identities of every object-store user, MLflow's database URI, the Airflow admin's
+    password) has a volume of its own, mounted by init (which writes it) and its one reader; no other service."""
+    services = production["services"]
+    written = {m["source"] for m in services["init"]["volumes"] if m["type"] == "volume"}
+    assert written == set(SECRET_READERS) == set(CONFIG_FILES)
+    mounted: dict[str, set[str]] = {volume: set() for volume in SECRET_READERS}
+    for name, service in services.items():
+        for mount in service.get("volumes", []):
+            if name != "init" and mount.get("source") in SECRET_READERS:
+                mounted[mount["source"]].add(name)
+    assert mounted == SECRET_READERS
+    for volume in ("objectstore-config", "mlflow-config"):
+        reader = next(iter(SECRET_READERS[volume]))
+        assert all(m.get("read_only") for m in services[reader]["volumes"] if m.get("source") == volume), reader
+    # Nothing is shared between the batch drivers and the Spark workers but the object store.
+    assert not services["spark-worker"].get("volumes")
 
 
 def test_images_build_from_the_project_dockerfile(production: dict) -> None:
@@ -130,7 +173,7 @@ def test_good_secrets_pass_and_bad_ones_are_named() -> None:
     placeholders = parse_env_file(ENV_EXAMPLE.read_text())
     good = {name: f"{name.lower()}-0123456789abcdef" for name in SECRETS}
     good["AIRFLOW_FERNET_KEY"] = FERNET
-    good |= {f"S3_{who}_ACCESS_KEY": who.lower() for who in ("ADMIN", "AIRFLOW", "MLFLOW", "GATEWAY", "TRITON")}
+    good |= {f"S3_{who}_ACCESS_KEY": who.lower() for who in IDENTITIES}
     check_secrets(good, placeholders)
     bad = good | {"AIRFLOW_FERNET_KEY": "not-base64!", "S3_TRITON_SECRET_KEY": "short",
                   "POSTGRES_PASSWORD": placeholders["POSTGRES_PASSWORD"], "S3_ADMIN_ACCESS_KEY": ""}

@@ -1,13 +1,20 @@
 """The production topology's init step: refuse placeholder secrets, then write the generated configs.
 
-``python -m modelops.deploy.preflight --env-example FILE --out DIR`` (the compose file's ``init``
-service) reads every secret named in :data:`SECRETS` from the environment and fails, naming the
-variable, when one is empty, still holds its ``.env.example`` placeholder, or breaks its rule (the
-Fernet key must be 32 url-safe base64 bytes). It then writes, from the same variables:
+``python -m modelops.deploy.preflight --env-example FILE --objectstore-config DIR --mlflow-config DIR
+--airflow-auth DIR`` (the compose file's ``init`` service) reads every secret named in :data:`SECRETS`
+from the environment and fails, naming the variable, when one is empty, still holds its
+``.env.example`` placeholder, or breaks its rule (the Fernet key must be 32 url-safe base64 bytes).
+It then writes, from the same variables, each file into the folder (a volume of its own) that only
+its reader mounts:
 
-- ``s3-identities.json``: the object store's identities, one per service (Triton read-only),
-- ``mlflow-auth.ini``: the MLflow basic-auth app's configuration (user store in PostgreSQL),
+- ``s3-identities.json`` in ``--objectstore-config``: the object store's identities, one per
+  service (Triton read-only, the Spark executors read-only but for the feedback quarantine),
+- ``mlflow-auth.ini`` in ``--mlflow-config``: the MLflow basic-auth app's configuration (user store
+  in PostgreSQL, its password inside),
 - ``passwords.json`` in ``--airflow-auth``: the Airflow admin's password file.
+
+:data:`CONFIG_FILES` says which file goes where; the structure test checks that no service mounts
+a generated-secrets volume it does not read.
 
 Everything but :func:`main` is pure.
 """
@@ -46,6 +53,7 @@ SECRETS: tuple[str, ...] = (
     "S3_MLFLOW_SECRET_KEY",
     "S3_GATEWAY_SECRET_KEY",
     "S3_TRITON_SECRET_KEY",
+    "S3_SPARK_SECRET_KEY",
 )
 MIN_SECRET_LENGTH = 12
 GENERATE_HINT = 'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
@@ -62,8 +70,23 @@ class Identity:
     actions: tuple[str, ...]
 
 
+#: The feedback job's output: the only prefix the Spark executors write (its quarantine objects).
+SPARK_WRITES = "metrics/ctr_cvr"
+
+#: The generated config files by the folder (and compose volume) they are written to, and who mounts it.
+CONFIG_FILES: dict[str, tuple[str, ...]] = {
+    "objectstore-config": ("s3-identities.json",),
+    "mlflow-config": ("mlflow-auth.ini",),
+    "airflow-auth": ("passwords.json",),
+}
+
+
 def identities(bucket: str, mlflow_bucket: str) -> tuple[Identity, ...]:
-    """Per-service object-store identities: only the admin may create buckets; Triton only reads."""
+    """Per-service object-store identities: only the admin may create buckets; Triton only reads.
+
+    The Spark executors read the platform bucket (logs, baselines, the drift job's inputs) and
+    write only under :data:`SPARK_WRITES` (SeaweedFS prefix grants: ``Write:bucket/prefix/*``).
+    """
     rw = ("Read", "Write", "List", "Tagging")
     return (
         Identity("admin", "S3_ADMIN_ACCESS_KEY", "S3_ADMIN_SECRET_KEY", ("Admin", "Read", "Write", "List", "Tagging")),
@@ -72,6 +95,8 @@ def identities(bucket: str, mlflow_bucket: str) -> tuple[Identity, ...]:
         Identity("mlflow", "S3_MLFLOW_ACCESS_KEY", "S3_MLFLOW_SECRET_KEY", tuple(f"{a}:{mlflow_bucket}" for a in rw)),
         Identity("gateway", "S3_GATEWAY_ACCESS_KEY", "S3_GATEWAY_SECRET_KEY", tuple(f"{a}:{bucket}" for a in rw)),
         Identity("triton", "S3_TRITON_ACCESS_KEY", "S3_TRITON_SECRET_KEY", (f"Read:{bucket}", f"List:{bucket}")),
+        Identity("spark", "S3_SPARK_ACCESS_KEY", "S3_SPARK_SECRET_KEY",
+                 (f"Read:{bucket}", f"List:{bucket}", f"Write:{bucket}/{SPARK_WRITES}/*")),
     )
 
 
@@ -152,7 +177,10 @@ def mlflow_auth_ini(database_uri: str) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--env-example", type=Path, required=True, help="the .env.example with the placeholders")
-    parser.add_argument("--out", type=Path, required=True, help="directory for the generated configs")
+    parser.add_argument("--objectstore-config", type=Path, required=True,
+                        help="directory for s3-identities.json (mounted by the object store only)")
+    parser.add_argument("--mlflow-config", type=Path, required=True,
+                        help="directory for mlflow-auth.ini (mounted by MLflow only)")
     parser.add_argument("--airflow-auth", type=Path, required=True,
                         help="directory for Airflow's password file (Airflow opens it read-write)")
     args = parser.parse_args(argv)
@@ -164,15 +192,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     bucket = env.get("MODELOPS_BUCKET", "modelops")
     mlflow_bucket = env.get("MODELOPS_MLFLOW_BUCKET", "mlflow")
-    args.out.mkdir(parents=True, exist_ok=True)
-    write_private(args.out / "s3-identities.json", json.dumps(s3_identities_doc(env, bucket, mlflow_bucket)),
+    for folder in (args.objectstore_config, args.mlflow_config, args.airflow_auth):
+        folder.mkdir(parents=True, exist_ok=True)
+    write_private(args.objectstore_config / "s3-identities.json",
+                  json.dumps(s3_identities_doc(env, bucket, mlflow_bucket)), mode=GROUP_READABLE)
+    write_private(args.mlflow_config / "mlflow-auth.ini", mlflow_auth_ini(env["MLFLOW_AUTH_DATABASE_URI"]),
                   mode=GROUP_READABLE)
-    write_private(args.out / "mlflow-auth.ini", mlflow_auth_ini(env["MLFLOW_AUTH_DATABASE_URI"]), mode=GROUP_READABLE)
-    args.airflow_auth.mkdir(parents=True, exist_ok=True)
     write_private(args.airflow_auth / "passwords.json",
                   json.dumps({env.get("MODELOPS_AIRFLOW_USER", "admin"): env["AIRFLOW_ADMIN_PASSWORD"]}),
                   mode=GROUP_READABLE)
-    print(f"secrets checked; configs written to {args.out}")
+    print(f"secrets checked; configs written to {args.objectstore_config}, {args.mlflow_config} "
+          f"and {args.airflow_auth}")
     return 0
 
 
