@@ -151,6 +151,50 @@ def test_a_canary_trigger_closes_the_window_when_it_fires_and_the_marker_measure
     assert "http://127.0.0.1:9/metrics" in m.unreachable  # so the analysis is inconclusive, never passed
 
 
+class _FailingCanarySource:
+    """Traffic since the window opened: 10 canary requests a second, half of them failing; 30 stable, none."""
+
+    def open_window(self, model: str, now: float) -> dict[str, Any]:
+        return {"at": now}
+
+    def measure_between(self, model: str, stable_version: int, canary_version: int, opened: Any, closed: Any) -> Any:
+        from modelops.canary.measurement import Measurement, VersionWindow
+
+        seconds = float(closed["at"]) - float(opened["at"])
+        buckets = ((0.025, 1e9), (float("inf"), 1e9))
+        canary = VersionWindow(requests=10 * seconds, errors=5 * seconds, latency_buckets=buckets, score_std=0.1)
+        stable = VersionWindow(requests=30 * seconds, errors=0.0, latency_buckets=buckets, score_std=0.1)
+        return Measurement(float(opened["at"]), float(closed["at"]), canary, stable)
+
+
+@pytest.mark.parametrize("check_s", [0.1, 0.0])
+def test_the_trigger_looks_inside_the_window_and_fires_early_on_a_bad_canary(
+    monkeypatch: pytest.MonkeyPatch, check_s: float,
+) -> None:
+    import modelops.canary.operator as operator
+    from modelops.canary.spec import CanarySpec
+    from modelops.canary.trigger import CanaryIntervalTrigger
+
+    monkeypatch.setattr(operator, "metrics_source", lambda cfg, urls: _FailingCanarySource())
+    spec = CanarySpec(steps=(0.25, 0.5, 1.0), interval_s=3.0, check_s=check_s, min_requests=2)
+    opened = {"at": time.time()}
+    due = opened["at"] + spec.interval_s
+    _, kwargs = CanaryIntervalTrigger(due, "m", 4, gateway_urls=["http://127.0.0.1:9"], opened=opened,
+                                      stable_version=3, spec=spec.to_dict(), evidence={}).serialize()
+    trigger = CanaryIntervalTrigger(**json.loads(json.dumps(kwargs)))
+
+    async def first() -> Any:
+        async for event in trigger.run():
+            return event
+        return None
+
+    payload = asyncio.run(first()).payload
+    if check_s:  # half the canary's requests fail: bad at one of the first looks, long before the window's end
+        assert payload["early"] is True and payload["closed"]["at"] < due - 1.0
+    else:  # not looking inside: the window closes at its end
+        assert "early" not in payload and payload["closed"]["at"] >= due
+
+
 class _Blobs:
     def __init__(self) -> None:
         self.data: dict[str, bytes] = {}
