@@ -28,7 +28,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -40,14 +39,10 @@ from typing import Any
 
 import numpy as np
 
+from modelops.stack.process import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def setup(model: str) -> Any:
@@ -209,7 +204,7 @@ def main() -> None:
     via = [(json.dumps(r).encode(), {"Content-Type": "application/json"}) for r in requests]
     bad = [(json.dumps({**r, "item_ids": [*r["item_ids"][:3], "x" * 33]}).encode(),
             {"Content-Type": "application/json"}) for r in requests[:300]]
-    port = _free_port()
+    port = free_port()
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
     proc = start_gateway(port, work / "spool", work / "gateway.log")
     direct_url = f"{cfg.triton_http_url}/v2/models/{model}/versions/1/infer"

@@ -30,7 +30,6 @@ import argparse
 import os
 import shutil
 import signal
-import socket
 import statistics
 import sys
 import tempfile
@@ -45,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from modelops.config import stack_port_env  # after the path: runnable without the install
+from modelops.stack.process import free_port
 
 GOAL_TRITON_S = 10.0
 GOAL_FULL_S = 90.0
@@ -58,12 +58,6 @@ def _load() -> str:
 def _p99(values: list[float]) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(0.99 * (len(ordered) - 1)))]
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _serve_champion(cfg: Any) -> tuple[str, dict[str, Any]]:
@@ -167,7 +161,7 @@ def bench_store(cfg: Any, home: Path, objects: int, kib: int, rounds: int) -> No
     from modelops.stack import process
 
     seaweed = ObjectStore.from_settings(cfg)
-    port = _free_port()
+    port = free_port()
     moto_log = home / "logs" / "bench-moto.log"
     moto_pid = home / "run" / "bench-moto.pid"
     venv_bin = Path(sys.executable).parent

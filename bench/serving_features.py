@@ -22,7 +22,6 @@ import argparse
 import contextlib
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -34,14 +33,10 @@ from pathlib import Path
 
 import numpy as np
 
+from modelops.stack.process import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def setup(run: str) -> tuple[str, str]:
@@ -147,7 +142,7 @@ def main() -> None:
     run = uuid.uuid4().hex[:8]
     pipeline, python_model = setup(run)
     base = Path(tempfile.mkdtemp(prefix="bench-explain-"))
-    port = _free_port()
+    port = free_port()
     proc = start_gateway(port, base, ["--explain-permutations", str(args.explain_permutations),
                                       "--explain-concurrency", str(args.explain_concurrency)])
     ratios: dict[str, float] = {}

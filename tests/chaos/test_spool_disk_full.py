@@ -11,7 +11,6 @@ Needs root (mount); skipped with that reason otherwise.
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -24,6 +23,7 @@ import requests
 
 from modelops.config import Settings, stack_port_env
 from modelops.objectstore import ObjectStore
+from modelops.stack.process import free_port
 from tests.support.eventlogs import logged_values
 from tests.support.stackops import wait_for
 
@@ -60,12 +60,6 @@ def _gateway(cfg: Settings, spool: Path, log: Path, port: int, **env: str) -> su
     wait_for(lambda: proc.poll() is None and requests.get(f"http://127.0.0.1:{port}/healthz", timeout=1).ok, 60,
              f"gateway on {port} healthy (log {log})")
     return proc
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:

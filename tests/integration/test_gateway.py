@@ -41,6 +41,7 @@ from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.objectstore import ObjectStore
 from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS
 from modelops.serving.triton import TritonClient
+from modelops.stack.process import free_port
 from tests.support.eventlogs import logged_values
 
 pytestmark = pytest.mark.integration
@@ -57,12 +58,6 @@ def routes_doc(model: str, revision: int, stable: int, canary: int | None, weigh
     return Routes(model, revision, VersionRef(stable, SHA.get(stable, "9" * 64)),
                   None if canary is None else VersionRef(canary, SHA.get(canary, "8" * 64)),
                   weight, "2026-11-29T21:00:00Z", "test_gateway")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @dataclass

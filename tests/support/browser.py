@@ -10,7 +10,6 @@ import base64
 import itertools
 import json
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -20,11 +19,7 @@ from typing import Any
 
 import requests
 
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+from modelops.stack.process import free_port
 
 
 class Browser:
@@ -42,7 +37,7 @@ class Browser:
     def __enter__(self) -> Browser:
         from websockets.sync.client import connect
 
-        port = _free_port()
+        port = free_port()
         self._proc = subprocess.Popen(
             [self.binary, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
              f"--remote-debugging-port={port}", "--remote-debugging-address=127.0.0.1",

@@ -128,6 +128,13 @@ def family_memory(pid: int) -> tuple[int, int]:
     return pss, rss
 
 
+def free_port(host: str = "127.0.0.1") -> int:
+    """A port the kernel has just found free on ``host`` (for a server a test or benchmark starts itself)."""
+    with socket.socket() as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
 def port_in_use(host: str, port: int) -> bool:
     """True when something accepts or holds ``host:port``."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
