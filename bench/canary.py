@@ -398,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     if not set(variants) <= set(VARIANTS) or args.trials < 1:
         parser.error(f"--variants: a subset of {','.join(VARIANTS)}; --trials >= 1")
 
+    print("load average at start (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
     home: str | None = None
     if not args.use_running:
         home = tempfile.mkdtemp(prefix="modelops-bench-canary-")
@@ -488,6 +489,7 @@ def _bench(args: argparse.Namespace, variants: list[str], cfg: Any, store: Any, 
                       f"{_fmt(trial.detection_s):>8} {_fmt(trial.mttr_s):>7} {trial.duration_s:>7.1f} "
                       f"{trial.analyses:>4} {p99:>13}  {trial.reason[:90]}"
                       f"{'  <-- WRONG' if trial.wrong else ''}", flush=True)
+    print("\nload average at end (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     return _print_report(trials)
 
 
