@@ -212,6 +212,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-duckdb", action="store_true", help="skip DuckDB (slowest contender)")
     parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end (fresh process) runs")
     args = parser.parse_args(argv)
+    print("load average at start (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
 
     from modelops.drift.job import compute_drift
     from modelops.spark import spark_session
@@ -258,6 +259,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if times["duckdb"]:
         print(f"duckdb max abs difference vs numpy exact: {worst_duck:.1e}")
     med = {k: statistics.median(v) for k, v in times.items() if v}
+    print("load average at end (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print("\nmedians over", args.rounds, "rounds: " + ", ".join(f"{k} {v:.2f} s" for k, v in med.items()))
     if "duckdb" in med:
         print(f"duckdb / numpy = {med['duckdb'] / med['numpy']:.2f}")

@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -300,6 +301,7 @@ def main() -> int:
                         help="skip the warm-up job run (quicker; the first warm round then pays JIT warm-up)")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "modelops-bench-feedback"))
     args = parser.parse_args()
+    print("load average at start (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
 
     data = Path(args.cache) / f"p{args.predictions}-e{args.events}-m{args.malformed}-s{args.seed}"
     preds, events = generate(data, args.predictions, args.events, args.seed, args.malformed)
@@ -350,6 +352,7 @@ def main() -> int:
     med = {name: statistics.median(t) for name, t in times.items()}
     for name, t in times.items():
         print(f"{name:>20}: median {med[name]:.2f}s  rounds {[round(x, 2) for x in t]}")
+    print("load average at end (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(_ratios(times).replace(", ", "\n"))
     return 0
 

@@ -55,6 +55,7 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--master", default="local[2]")
     args = parser.parse_args()
+    print("load average at start (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
 
     import pandas as pd
 
@@ -94,6 +95,7 @@ def main() -> int:
     print(f"rows: {args.rows:,}  expectations: {len(suite.expectations)}  rounds: {args.rounds}")
     for engine, value in medians.items():
         print(f"median {engine}: {value:.2f} s ({args.rows / value:,.0f} rows/s)")
+    print("load average at end (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(f"ratio spark/pandas: {medians['spark'] / medians['pandas']:.2f}")
     return 0
 

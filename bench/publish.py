@@ -20,6 +20,7 @@ a release). Prints per-round times, medians, and last the ratio re-publish / fir
 from __future__ import annotations
 
 import argparse
+import os
 import statistics
 import sys
 import tempfile
@@ -63,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", choices=("reference", "fixture"), default="reference")
     parser.add_argument("--n-requests", type=int, default=1500, help="reference model: synthetic requests")
     args = parser.parse_args(argv)
+    print("load average at start (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
 
     from modelops.config import settings
     from modelops.objectstore import ObjectStore
@@ -112,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"median first publish (MLflow version -> served): {statistics.median(first):.2f} s "
           f"over {len(first)} versions")
     print(f"median idempotent re-publish:                    {statistics.median(again):.2f} s")
+    print("load average at end (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(f"ratio re-publish / first publish: {statistics.median(again) / statistics.median(first):.3f}")
     return 0
 

@@ -48,6 +48,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     args = parser.parse_args()
+    print("load average at start (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
     os.environ.update(BENCH_ENV)
     from modelops.config import load_settings
     from modelops.stack import launcher
@@ -87,6 +88,7 @@ def main() -> int:
           + ", ".join(f"{k} {v[0] / 1e6:.0f}" for k, v in memory.items()))
     med = {"cold_s": statistics.median(cold), "warm_s": statistics.median(warm),
            "memory_gb": statistics.median(pss_gb)}
+    print("load average at end (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()))
     print(f"\nmedian over {args.rounds} rounds: cold {med['cold_s']:.1f} s, warm {med['warm_s']:.1f} s, "
           f"stack PSS {med['memory_gb']:.2f} GB (RSS {statistics.median(rss_gb):.2f} GB)")
     print("ratio to target (median / target; < 1 meets it): " + ", ".join(
