@@ -275,6 +275,32 @@ def test_a_torn_segment_uploads_its_records_even_when_the_local_quarantine_canno
     assert uploader.stats.quarantined == 1
 
 
+def test_a_torn_segment_is_copied_aside_and_counted_once_while_the_store_keeps_failing(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "feedback"
+    writer = SegmentWriter(spool_dir)
+    writer.write(b"".join(encode_frame(_feedback(k)) for k in range(2)))
+    assert writer.current is not None
+    with open(writer.current, "ab") as handle:
+        handle.write(encode_frame(_feedback(9))[:5])
+    segment = writer.seal()
+    assert segment is not None
+
+    class DownStore(MemoryStore):
+        def put_bytes(self, key: str, data: bytes, *, content_type: str = "") -> str:
+            raise ObjectStoreError("store down")
+
+    down = DownStore()
+    uploader = Uploader(spool_dir, "logs/feedback", down, convert_feedback)
+    for _ in range(3):  # three retries while the store is down: the segment stays, one copy, one count
+        with pytest.raises(ObjectStoreError):
+            uploader.run_once()
+    assert segment.exists() and (tmp_path / "quarantine" / segment.name).exists()
+    assert uploader.stats.quarantined == 1
+    uploader.store = MemoryStore()  # the store is back
+    assert uploader.run_once() == 1 and not segment.exists()
+    assert uploader.stats.quarantined == 1
+
+
 def test_a_segment_the_converter_refuses_is_set_aside_and_later_segments_still_upload(tmp_path: Path) -> None:
     spool_dir = tmp_path / "feedback"
     writer = SegmentWriter(spool_dir)

@@ -65,6 +65,7 @@ class Uploader:
     convert: SegmentConverter
     stats: UploadStats = field(default_factory=UploadStats)
     _lock: threading.Lock = field(default_factory=threading.Lock)
+    _kept: set[str] = field(default_factory=set)  # segments already copied aside (retries copy once)
 
     def pending(self) -> list[Path]:
         return sorted(self.directory.glob(f"*{SEALED_SUFFIX}"))
@@ -136,7 +137,8 @@ class Uploader:
         Raises:
             ObjectStoreError: neither copy could be kept (the segment stays for the next try).
         """
-        self.stats.quarantined += 1
+        if segment.name in self._kept:  # a retry (the store failed after the copy): the copy is there
+            return
         target = self.directory.parent / "quarantine" / segment.name
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
@@ -146,9 +148,15 @@ class Uploader:
                 target.unlink()  # a partial local copy is worse than none
             key = f"{self.prefix.rstrip('/')}/_quarantine/{segment.name}"
             self.store.put_bytes(key, data, content_type="application/octet-stream")
+            self._kept_once(segment)
             log.warning("spool segment %s has %s; no local copy (%s), kept at %s", segment, why, exc, key)
             return
+        self._kept_once(segment)
         log.warning("spool segment %s has %s; copy kept at %s", segment, why, target)
+
+    def _kept_once(self, segment: Path) -> None:
+        self._kept.add(segment.name)
+        self.stats.quarantined += 1
 
 
 def iter_hours(timestamps_us: Sequence[int]) -> Iterator[tuple[datetime, list[int]]]:
