@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -95,6 +96,23 @@ def test_routes_written_and_every_gateway_waited_for() -> None:
     assert (doc.revision, doc.canary_weight, doc.updated_by) == (1, 0.05, "ann")
     routes.apply("rec", STABLE, None, 0.0, "ann")
     assert load_routes(store.blobs["routes/rec.json"]).revision == 2
+
+
+def test_a_version_the_routes_drop_is_held_for_the_grace_before_the_routes_change() -> None:
+    import json
+
+    from modelops.serving.holds import hold_key
+
+    store, clock = FakeStore(), Clock(1000.0)
+    routes = ObjectStoreRoutes(store, ["http://gw1"], get_json=FakeGateways(store, lag=0), clock=clock,
+                               sleep=clock.sleep, grace_s=120.0)
+    routes.apply("rec", STABLE, CANARY, 0.25, "ann")
+    assert not [k for k in store.blobs if k.startswith("holds/")]  # nothing dropped yet
+    routes.apply("rec", CANARY, None, 0.0, "ann")  # promotion: the old stable leaves the routes
+    hold = json.loads(store.blobs[hold_key("rec", STABLE.triton_version)])
+    assert hold["version"] == STABLE.triton_version and "dropped from the routes by ann" in hold["why"]
+    assert hold["expires_at"] == pytest.approx(time.time() + 120.0, abs=5.0)
+    assert hold_key("rec", CANARY.triton_version) not in store.blobs
 
 
 def test_a_gateway_that_answers_with_an_old_revision_times_out() -> None:

@@ -82,6 +82,13 @@ def http_get_json(timeout_s: float = 3.0) -> GetJson:
     return get
 
 
+def _named(routes: Routes | None) -> set[int]:
+    """The Triton versions a routes document sends traffic to (none for no document)."""
+    if routes is None:
+        return set()
+    return {routes.stable.version} | ({routes.canary.version} if routes.canary is not None else set())
+
+
 @dataclass
 class ObjectStoreRoutes:
     """Writes ``routes/<model>.json`` and waits until every gateway reports the new revision.
@@ -108,11 +115,20 @@ class ObjectStoreRoutes:
     clock: Callable[[], float] = time.time
     sleep: Callable[[float], None] = time.sleep
     last_down: tuple[str, ...] = ()
+    grace_s: float = 600.0  # the routes reconciler's default grace (``modelops serving reconcile --grace-s``)
 
     def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str) -> float:
+        from modelops.serving.holds import write_hold
+
         now = datetime.fromtimestamp(self.clock(), UTC)
-        routes = next_routes(current_routes(self.store, model), model, stable, canary, weight, by, now,
-                             salted=self.salted)
+        previous = current_routes(self.store, model)
+        routes = next_routes(previous, model, stable, canary, weight, by, now, salted=self.salted)
+        # A version these routes stop naming (the old stable on promotion, the canary on rollback) stays
+        # loaded for the reconciler's grace: held here, before the routes change, so a reconciler that
+        # restarts right after the change cannot unload it at once (an unload releases the hold).
+        for version in sorted(_named(previous) - _named(routes)):
+            write_hold(self.store, model, version, why=f"dropped from the routes by {by}: kept loaded for "
+                       f"{self.grace_s:.0f} s (instant rollback)", ttl_s=self.grace_s)
         self.store.put_bytes(routes_key(model), serialize_routes(routes), content_type="application/json")
         return self.wait(model, routes.revision)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from typing import Protocol
 
 from modelops.errors import ObjectStoreError
 from modelops.objectstore import ObjectStore
@@ -26,7 +27,11 @@ def hold_key(model: str, version: int) -> str:
     return f"{holds_prefix(model)}{version}.json"
 
 
-def write_hold(store: ObjectStore, model: str, version: int, *, why: str, ttl_s: float = DEFAULT_HOLD_S) -> None:
+class _Writer(Protocol):
+    def put_bytes(self, key: str, data: bytes, *, content_type: str = ...) -> str: ...
+
+
+def write_hold(store: _Writer, model: str, version: int, *, why: str, ttl_s: float = DEFAULT_HOLD_S) -> None:
     """Keep ``version`` loaded for ``ttl_s`` seconds even while no routes name it."""
     body = {"model": model, "version": version, "why": why, "expires_at": time.time() + ttl_s}
     store.put_bytes(hold_key(model, version), json.dumps(body).encode(), content_type="application/json")
