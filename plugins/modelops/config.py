@@ -68,6 +68,21 @@ def _path(raw: str) -> Path:
     return path if path.is_absolute() else (PROJECT_ROOT / path)
 
 
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if not value >= 0:
+        raise ValueError("must be a number >= 0")
+    return value
+
+
+def _regex(raw: str) -> str:
+    try:
+        re.compile(raw)
+    except re.error as exc:
+        raise ValueError(f"must be a regular expression ({exc})") from None
+    return raw
+
+
 def _host(raw: str) -> str:
     if not re.fullmatch(r"[A-Za-z0-9.\-:]+", raw):
         raise ValueError("must be a host name or IP address")
@@ -245,6 +260,27 @@ SETTINGS: tuple[Setting, ...] = (
             "UDP port where the embedded stack's StatsD bridge receives Airflow's metrics."),
     Setting("statsd_bridge_port", "MODELOPS_STATSD_BRIDGE_PORT", _port, "9696",
             "HTTP port of the StatsD bridge's /metrics (scraped by the embedded Prometheus as job airflow)."),
+    Setting("scaling", "MODELOPS_SCALING", _choice("on", "off"), "off",
+            "Run the queue-driven instance scaling controller of Triton (`modelops scale`) with the embedded stack. "
+            "Off by default: changing a count pauses the model's requests while instances start (~3 s measured)."),
+    Setting("scaling_models", "MODELOPS_SCALING_MODELS", _regex, ".*",
+            "Regular expression the Triton model names the controller scales must match (fully).",
+            example="ranker(_preprocess|_model)?"),
+    Setting("scaling_min_instances", "MODELOPS_SCALING_MIN_INSTANCES", _positive_int, "1",
+            "Fewest instances of a scaled Triton model."),
+    Setting("scaling_max_instances", "MODELOPS_SCALING_MAX_INSTANCES", _positive_int, "4",
+            "Most instances of a scaled Triton model (>= MODELOPS_SCALING_MIN_INSTANCES)."),
+    Setting("scaling_up_queue_ms", "MODELOPS_SCALING_UP_QUEUE_MS", _positive_float, "50",
+            "Scale up when a version's mean queue time per request over the interval reaches this."),
+    Setting("scaling_down_queue_ms", "MODELOPS_SCALING_DOWN_QUEUE_MS", _non_negative_float, "5",
+            "Scale down when every version queues at most this (and nothing is pending) for the cool-down "
+            "(< MODELOPS_SCALING_UP_QUEUE_MS: the gap is the hysteresis)."),
+    Setting("scaling_up_pending", "MODELOPS_SCALING_UP_PENDING", _positive_int, "8",
+            "Scale up when a version has this many requests pending."),
+    Setting("scaling_cooldown_s", "MODELOPS_SCALING_COOLDOWN_S", _non_negative_float, "30",
+            "No change within this many seconds of the last one; a scale-down needs low load for as long."),
+    Setting("scaling_interval_s", "MODELOPS_SCALING_INTERVAL_S", _positive_float, "2",
+            "Seconds between the controller's scrapes of Triton's metrics (the window of one decision)."),
 )
 
 
@@ -305,6 +341,15 @@ class Settings:
     alert_relay_port: int
     statsd_port: int
     statsd_bridge_port: int
+    scaling: str
+    scaling_models: str
+    scaling_min_instances: int
+    scaling_max_instances: int
+    scaling_up_queue_ms: float
+    scaling_down_queue_ms: float
+    scaling_up_pending: int
+    scaling_cooldown_s: float
+    scaling_interval_s: float
 
     # Derived values: the embedded defaults unless an explicit URL was configured.
     @property
@@ -371,15 +416,29 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     if values["canary_metrics"] == "prometheus" and not values["prometheus_url"]:
         problems.append("MODELOPS_PROMETHEUS_URL='': required when MODELOPS_CANARY_METRICS=prometheus "
                         "(example: MODELOPS_PROMETHEUS_URL=http://prometheus:9090)")
+    _check_scaling(values, problems)
     if problems:
         raise ConfigError("invalid configuration:\n  " + "\n  ".join(problems))
     return Settings(**values)
 
 
+def _check_scaling(values: Mapping[str, Any], problems: list[str]) -> None:
+    """The rules between the scaling settings (each alone is checked by its parser)."""
+    low, high = values["scaling_min_instances"], values["scaling_max_instances"]
+    if high < low:
+        problems.append(f"MODELOPS_SCALING_MAX_INSTANCES={high}: must be >= MODELOPS_SCALING_MIN_INSTANCES={low} "
+                        f"(example: MODELOPS_SCALING_MAX_INSTANCES={max(low, 4)})")
+    down, up = values["scaling_down_queue_ms"], values["scaling_up_queue_ms"]
+    if not down < up:
+        problems.append(f"MODELOPS_SCALING_DOWN_QUEUE_MS={down:g}: must be < MODELOPS_SCALING_UP_QUEUE_MS={up:g} "
+                        f"(the gap is the hysteresis; example: MODELOPS_SCALING_DOWN_QUEUE_MS={up / 10:g})")
+
+
 def _rule_for(setting: Setting) -> str:
     names: dict[Callable[[str], Any], str] = {
              _port: "must be a TCP port between 1 and 65535", _positive_int: "must be an integer >= 1",
-             _positive_float: "must be a number > 0", _fraction: "must be a number between 0 and 1"}
+             _positive_float: "must be a number > 0", _fraction: "must be a number between 0 and 1",
+             _non_negative_float: "must be a number >= 0"}
     return names.get(setting.parse, "has the wrong type")
 
 

@@ -84,6 +84,49 @@ def _reconcile(args: argparse.Namespace) -> int:
         time.sleep(max(0.0, args.interval_s - (time.monotonic() - started)))
 
 
+def _scale(args: argparse.Namespace) -> int:
+    import logging
+    import time
+
+    from prometheus_client import CollectorRegistry
+
+    from modelops.config import settings
+    from modelops.errors import ModelopsError
+    from modelops.objectstore import ObjectStore
+    from modelops.observability.pushed import PushGroup, push_if_configured
+    from modelops.serving import scaler
+    from modelops.serving.index_store import model_lock
+    from modelops.serving.triton import TritonClient
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    cfg = settings()
+    store = ObjectStore.from_settings(cfg)
+
+    def lock(name: str, owner: str) -> object:
+        return model_lock(store, name, owner=owner, wait_s=30.0, ttl_s=300.0)
+
+    def push(registry: CollectorRegistry) -> None:  # the change counters, as the batch jobs push theirs
+        push_if_configured([PushGroup(scaler.PUSH_JOB, {}, registry)], "scaling")
+
+    controller = scaler.Controller(
+        TritonClient(cfg.triton_http_url, load_timeout_s=300.0), cfg.triton_metrics_url, scaler.policy_of(cfg),
+        cfg.scaling_models, scaler.audit_path_of(cfg), lock=lock, push=push)
+    status_file = scaler.status_file_of(cfg)
+    while True:
+        started = time.monotonic()
+        try:
+            changes = controller.tick()
+            scaler.write_status(status_file, controller)
+        except ModelopsError as exc:  # Triton unreachable: nothing is changed this tick
+            logging.getLogger("modelops.scaling").warning("tick skipped: %s", exc)
+            changes = []
+            scaler.write_status(status_file, controller, error=str(exc)[-500:])
+        if args.once:
+            print(json.dumps(changes, indent=2))
+            return 0
+        time.sleep(max(0.0, cfg.scaling_interval_s - (time.monotonic() - started)))
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     """Add ``publish``, ``load``, ``unload`` and ``served`` to the ``modelops`` command line."""
     publish = sub.add_parser("publish", help="publish an MLflow model version as a Triton version and load it")
@@ -121,3 +164,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                            help="with --triton: the model repository folder those servers read (a shared volume); "
                                 "versions are mirrored into it from the object store before a load")
     reconcile.set_defaults(func=_reconcile)
+
+    scale = sub.add_parser("scale", help="change Triton models' instance counts by their queue time (a loop; the "
+                           "embedded stack runs it as the 'scaler' service when MODELOPS_SCALING=on)")
+    scale.add_argument("--once", action="store_true", help="one pass (the first only records counters), exit")
+    scale.set_defaults(func=_scale)

@@ -212,7 +212,9 @@ class Reconciler:
             reported = client.model_config(specs[role].name, max(served[role]))
             # A version kept across a reload keeps its old config object (see loader._apply_one): which
             # versions serve is checked by the READY set, every other field against the rendered config.
-            if config_mismatches(expected, {**reported, "version_policy": expected["version_policy"]}):
+            # The instance count belongs to the scaling controller (modelops.serving.scaler): only the kind counts.
+            if config_mismatches(expected, {**reported, "version_policy": expected["version_policy"],
+                                            "instance_group": _counts_as(expected, reported)}):
                 config_ok = False
         return served, config_ok
 
@@ -271,6 +273,15 @@ class Reconciler:
         if todo.unload or not todo.target:
             # ... then drop the versions nobody routes (pipeline first).
             loader.serve_exactly(client, specs, list(todo.target))
+
+
+def _counts_as(expected: Mapping[str, Any], reported: Mapping[str, Any]) -> list[Any]:
+    """Triton's instance groups with the rendered counts (same number of groups; else as reported)."""
+    groups = list(reported.get("instance_group") or [])
+    want = list(expected.get("instance_group") or [])
+    if len(groups) != len(want):
+        return groups
+    return [{**got, "count": w.get("count")} for got, w in zip(groups, want, strict=True)]
 
 
 def status_file_of(cfg: Settings) -> Path:

@@ -431,12 +431,39 @@ def reconciler(cfg: Settings) -> Service:
     )
 
 
+# ---------------------------------------------------------------- the Triton scaling controller
+def scaler(cfg: Settings) -> Service:
+    """``modelops scale``: instance counts by queue time (modelops.serving.scaler); only when MODELOPS_SCALING=on."""
+    from modelops.serving.scaler import status_file_of
+
+    def fresh() -> tuple[bool, str]:
+        try:
+            age = time.time() - status_file_of(cfg).stat().st_mtime
+        except OSError:
+            return False, "no pass finished yet"
+        # A change waits for Triton's reload (a scale-down for the model's queue to empty): allow for it.
+        return age < 30.0 + 10 * cfg.scaling_interval_s, f"last pass {age:.0f} s ago"
+
+    return Service(
+        name="scaler",
+        argv=(str(VENV_BIN / "modelops"), "scale"),
+        ports=(),
+        health_url=f"file://{status_file_of(cfg)}",
+        env=base_env(cfg),
+        depends_on=("objectstore", "triton"),
+        prepare=lambda: status_file_of(cfg).unlink(missing_ok=True),
+        health_check=fresh,
+    )
+
+
 def all_services(cfg: Settings) -> list[Service]:
     """The services in start order."""
     services = [object_store(cfg)]
     if cfg.mlflow_backend == "postgresql":
         services.append(postgres(cfg))
     services += [mlflow(cfg), triton(cfg), reconciler(cfg), gateway(cfg), *airflow_services(cfg)]
+    if cfg.scaling == "on":
+        services.append(scaler(cfg))
     from modelops.observability.stack import stack_services  # Prometheus & co. (MODELOPS_OBSERVABILITY)
 
     return services + stack_services(cfg)
