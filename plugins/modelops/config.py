@@ -262,7 +262,8 @@ SETTINGS: tuple[Setting, ...] = (
             "HTTP port of the StatsD bridge's /metrics (scraped by the embedded Prometheus as job airflow)."),
     Setting("scaling", "MODELOPS_SCALING", _choice("on", "off"), "off",
             "Run the queue-driven instance scaling controller of Triton (`modelops scale`) with the embedded stack. "
-            "Off by default: changing a count pauses the model's requests while instances start (~3 s measured)."),
+            "Off by default: every instance is a process of its own (memory; CPU to start) and a change reloads the "
+            "model, which a machine without spare cores pays for on every other request."),
     Setting("scaling_models", "MODELOPS_SCALING_MODELS", _regex, ".*",
             "Regular expression the Triton model names the controller scales must match (fully).",
             example="ranker(_preprocess|_model)?"),
@@ -281,6 +282,10 @@ SETTINGS: tuple[Setting, ...] = (
             "No change within this many seconds of the last one; a scale-down needs low load for as long."),
     Setting("scaling_interval_s", "MODELOPS_SCALING_INTERVAL_S", _positive_float, "2",
             "Seconds between the controller's scrapes of Triton's metrics (the window of one decision)."),
+    Setting("scaling_mode", "MODELOPS_SCALING_MODE", _choice("replace", "update"), "replace",
+            "How a count changes: replace (the override also sets a marker parameter: Triton loads a new copy beside "
+            "the serving one and switches, ~6 s under load) or update (only the count: Triton updates in place but "
+            "first waits for the model's queue to empty, 39 s measured under overload)."),
 )
 
 
@@ -350,6 +355,7 @@ class Settings:
     scaling_up_pending: int
     scaling_cooldown_s: float
     scaling_interval_s: float
+    scaling_mode: str
 
     # Derived values: the embedded defaults unless an explicit URL was configured.
     @property

@@ -110,7 +110,7 @@ def _scale(args: argparse.Namespace) -> int:
 
     controller = scaler.Controller(
         TritonClient(cfg.triton_http_url, load_timeout_s=300.0), cfg.triton_metrics_url, scaler.policy_of(cfg),
-        cfg.scaling_models, scaler.audit_path_of(cfg), lock=lock, push=push)
+        cfg.scaling_models, scaler.audit_path_of(cfg), mode=cfg.scaling_mode, lock=lock, push=push)
     status_file = scaler.status_file_of(cfg)
     while True:
         started = time.monotonic()
