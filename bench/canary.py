@@ -289,7 +289,8 @@ def _run_trial(variant: str, trained: Any, cfg: Any, model: str, spec: Any,
     opened = source.open_window(model, time.time())
     while not status.phase.terminal and status.phase is not Phase.PAUSED and time.time() - started < cap_s:
         # The trigger's wait: the error test looks at the window so far every check_s (early: rolled back).
-        closed, _early = wait_window(source, model, stable_tv, canary_tv, opened, spec, status.error_evidence)
+        closed, _early = wait_window(source, model, stable_tv, canary_tv, opened, spec, status.error_evidence,
+                                     baseline=status.baseline)
         weight = status.weight
         m = source.measure_between(model, stable_tv, canary_tv, opened, closed)
         status = runner.handle(m)

@@ -167,7 +167,7 @@ class _FailingCanarySource:
         return Measurement(float(opened["at"]), float(closed["at"]), canary, stable)
 
 
-@pytest.mark.parametrize("check_s", [0.1, 0.0])
+@pytest.mark.parametrize("check_s", [0.5, 0.0])
 def test_the_trigger_looks_inside_the_window_and_fires_early_on_a_bad_canary(
     monkeypatch: pytest.MonkeyPatch, check_s: float,
 ) -> None:
@@ -176,7 +176,7 @@ def test_the_trigger_looks_inside_the_window_and_fires_early_on_a_bad_canary(
     from modelops.canary.trigger import CanaryIntervalTrigger
 
     monkeypatch.setattr(operator, "metrics_source", lambda cfg, urls: _FailingCanarySource())
-    spec = CanarySpec(steps=(0.25, 0.5, 1.0), interval_s=3.0, check_s=check_s, min_requests=2)
+    spec = CanarySpec(steps=(0.25, 0.5, 1.0), interval_s=10.0, check_s=check_s and 0.5, min_requests=2)
     opened = {"at": time.time()}
     due = opened["at"] + spec.interval_s
     _, kwargs = CanaryIntervalTrigger(due, "m", 4, gateway_urls=["http://127.0.0.1:9"], opened=opened,
@@ -190,9 +190,36 @@ def test_the_trigger_looks_inside_the_window_and_fires_early_on_a_bad_canary(
 
     payload = asyncio.run(first()).payload
     if check_s:  # half the canary's requests fail: bad at one of the first looks, long before the window's end
-        assert payload["early"] is True and payload["closed"]["at"] < due - 1.0
+        assert payload["early"] is True and payload["closed"]["at"] < due - 5.0
     else:  # not looking inside: the window closes at its end
         assert "early" not in payload and payload["closed"]["at"] >= due
+
+
+def test_the_next_window_is_looked_inside_only_while_the_release_is_analysed() -> None:
+    import dataclasses
+
+    from modelops.canary.machine import start
+    from modelops.canary.runner import Release, VersionRef
+    from modelops.canary.sequential import ErrorEvidence
+    from modelops.canary.spec import CanarySpec
+    from modelops.canary.status import Phase
+    from modelops.canary.trigger import CanaryIntervalTrigger
+
+    spec = CanarySpec(steps=(0.25, 0.5, 1.0), interval_s=5.0)
+    release = Release("m", VersionRef(3, "a" * 64, "7"), VersionRef(4, "b" * 64, "8"))
+    status, _ = start(spec, "m", 3, 4, 100.0)
+    status = dataclasses.replace(status, error_evidence=ErrorEvidence(50.0, 1.0, 150.0, 0.0))
+    opened = {"at": 200.0, "targets": {}}
+    trigger = CanaryIntervalTrigger.for_window(spec, status, release, "m", 4, ("http://gw",), opened)
+    _, kwargs = trigger.serialize()
+    assert kwargs["due"] == 205.0 and kwargs["opened"] == opened and kwargs["stable_version"] == 3
+    assert CanarySpec.from_dict(kwargs["spec"]) == spec
+    assert ErrorEvidence.from_dict(kwargs["evidence"]) == status.error_evidence
+    assert CanaryIntervalTrigger(**json.loads(json.dumps(kwargs)))._check_s() == spec.check_s
+    paused = dataclasses.replace(status, phase=Phase.PAUSED)
+    for no_look in (CanaryIntervalTrigger.for_window(spec, paused, release, "m", 4, ("http://gw",), opened),
+                    CanaryIntervalTrigger.for_window(spec, status, None, "m", 4, ("http://gw",), opened)):
+        assert no_look._check_s() == 0.0 and no_look.due == 205.0
 
 
 class _Blobs:

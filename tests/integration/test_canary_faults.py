@@ -11,8 +11,6 @@ without a step repeated or skipped.
 from __future__ import annotations
 
 import json
-import os
-import signal
 import time
 import uuid
 from dataclasses import replace
@@ -37,6 +35,7 @@ from tests.integration.test_canary_release import (
     features_published,
     trained,
 )
+from tests.support import stackops
 from tests.support.receiver import NotificationReceiver
 
 pytestmark = pytest.mark.integration
@@ -203,24 +202,6 @@ def test_thin_traffic_never_decides_and_pauses_after_the_inconclusive_limit(
     assert (routes.stable.version, routes.canary, routes.canary_weight) == (stable["triton_version"], None, 0.0)
 
 
-def _kill_group(cfg: Settings, names: tuple[str, ...]) -> None:
-    """SIGKILL the process group of each named service (a crash: no cleanup, children die too)."""
-    from modelops.stack import process
-    from modelops.stack.services import all_services
-
-    services = {s.name: s for s in all_services(cfg)}
-    pids = []
-    for name in names:
-        pid = process.live_pid(services[name].pid_file(cfg.home))
-        assert pid is not None, f"{name} is not running"
-        os.killpg(pid, signal.SIGKILL)
-        pids.append((name, services[name].pid_file(cfg.home)))
-    deadline = time.monotonic() + 15
-    while any(process.live_pid(f) is not None for _, f in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    assert all(process.live_pid(f) is None for _, f in pids), "killed services still alive"
-
-
 def test_scheduler_and_triggerer_killed_mid_canary_resume_and_end_correctly(
     airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
     features_published: None, notifications: NotificationReceiver,
@@ -246,7 +227,7 @@ def test_scheduler_and_triggerer_killed_mid_canary_resume_and_end_correctly(
             except Exception:  # the canary has not started yet
                 status = {}
             if state == "deferred" and previous != "deferred" and status.get("weight") == 0.5:
-                _kill_group(stack_settings, ("airflow-scheduler", "airflow-triggerer"))
+                stackops.kill_services(stack_settings, ("airflow-scheduler", "airflow-triggerer"))
                 killed_at = status
             previous = state
             time.sleep(0.2)
@@ -289,7 +270,7 @@ def test_an_unreachable_gateway_pauses_the_release_and_resume_goes_on(
         canary_tv = _canary_version(airflow, run_id)
         status = _wait_status(object_store, model, canary_tv, lambda s: s["weight"] == 0.5, 120, poll_s=0.5)
         assert status.get("weight") == 0.5, (status, _states(airflow, run_id))
-        _kill_group(stack_settings, ("gateway",))
+        stackops.kill_services(stack_settings, ("gateway",))
         try:
             status = _wait_status(object_store, model, canary_tv, lambda s: s["phase"] == "paused", 90)
             assert status.get("phase") == "paused", status

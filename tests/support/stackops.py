@@ -6,7 +6,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -75,11 +75,15 @@ def kill_service(cfg: Settings, name: str, sig: int = signal.SIGKILL) -> int:
     return pid
 
 
-def kill_everything(cfg: Settings) -> list[str]:
-    """SIGKILL every running service of the stack at once (a power cut); returns their names."""
+def kill_services(cfg: Settings, names: Sequence[str], *, require_running: bool = True) -> list[str]:
+    """SIGKILL the named services at once (each with its descendants), then wait until all are gone.
+
+    Returns the names that were running; ``require_running`` makes a stopped one an error.
+    """
     killed = []
-    pids = {s.name: process.live_pid(s.pid_file(cfg.home)) for s in all_services(cfg)}
-    for name, pid in pids.items():
+    for name in names:
+        pid = service_pid(cfg, name)
+        assert pid is not None or not require_running, f"{name} is not running"
         if pid is not None:
             _signal_family(pid, signal.SIGKILL)
             killed.append(name)
@@ -87,6 +91,11 @@ def kill_everything(cfg: Settings) -> list[str]:
         wait_for(lambda n=name: service_pid(cfg, n) is None, 30, f"{name} gone")  # type: ignore[misc]
         wait_for(lambda n=name: _ports_free(cfg, n), 30, f"{name}'s ports free")  # type: ignore[misc]
     return killed
+
+
+def kill_everything(cfg: Settings) -> list[str]:
+    """SIGKILL every running service of the stack at once (a power cut); returns their names."""
+    return kill_services(cfg, [s.name for s in all_services(cfg)], require_running=False)
 
 
 @dataclass

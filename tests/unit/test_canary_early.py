@@ -85,9 +85,24 @@ def test_check_s_zero_looks_only_at_the_end() -> None:
 
 
 def test_thin_partial_windows_are_never_early() -> None:
-    # 1 canary request per second: below min_requests=20 for the whole window, however many fail.
+    # 1 canary request per second, every one failing: after 10 s that is bad evidence by any rate, but 10
+    # requests are below min_requests=20, so the look is inconclusive (after 20 s it is not).
     source = ScriptedSource(canary_rps=1.0, canary_error=1.0)
-    assert check_partial(source, "m", 1, 2, {"at": 0.0}, SPEC, ErrorEvidence(), 4.0) is None
+    assert check_partial(source, "m", 1, 2, {"at": 0.0}, SPEC, ErrorEvidence(), 10.0) is None
+    assert check_partial(source, "m", 1, 2, {"at": 0.0}, SPEC, ErrorEvidence(), 20.0) == {"at": 20.0}
+
+
+def test_a_look_with_an_unmeasured_target_or_an_incident_is_never_early() -> None:
+    bad = Measurement(0.0, 3.0, _window(60.0, 12.0), _window(180.0, 0.0))
+    assert fails_early(SPEC, ErrorEvidence(), bad)
+    unreachable = Measurement(0.0, 3.0, bad.canary, bad.stable, unreachable=("http://gw2/metrics",))
+    assert not fails_early(SPEC, ErrorEvidence(), unreachable)
+    # The stable failing too, far beyond its baseline: an incident, which pauses instead of rolling back.
+    from modelops.canary.gates import Baseline
+
+    both = Measurement(0.0, 3.0, _window(60.0, 12.0), _window(180.0, 9.0))
+    assert fails_early(SPEC, ErrorEvidence(), both)
+    assert not fails_early(SPEC, ErrorEvidence(), both, Baseline(error_rate=0.001, p99_ms=20.0))
 
 
 def test_the_steps_earlier_windows_count() -> None:
@@ -97,17 +112,22 @@ def test_the_steps_earlier_windows_count() -> None:
     assert fails_early(SPEC, ErrorEvidence(40.0, 2.0, 120.0, 0.0), partial)
 
 
-@pytest.mark.parametrize(("stable_errors", "early"), [(0.0, True), (3.0, False)])
-def test_an_early_look_shrinks_the_stable_rate(stable_errors: float, early: bool) -> None:
-    # 6 of 60 canary requests fail. Against an error-free stable that is bad; against a stable with 3 errors
-    # in 150 (2 %, Agresti-Coull centre 3.2 %: p0 = 3.2 %, p1 = 6.5 %) an early look does not decide.
-    partial = Measurement(0.0, 5.0, _window(60.0, 6.0), _window(150.0, stable_errors))
-    assert fails_early(SPEC, ErrorEvidence(), partial) is early
+def test_an_early_look_shrinks_the_stable_rate(monkeypatch: pytest.MonkeyPatch) -> None:
+    # 4 of 20 canary requests fail, the stable's 60 none. At p0 = the 0.5 % floor that is bad at once; with the
+    # stable rate shrunk to (0 + 2) / (60 + 4) = 3.1 % (p0 3.1 %, p1 6.3 %) an early look waits for more.
+    import modelops.canary.early as early
+
+    partial = Measurement(0.0, 2.0, _window(20.0, 4.0), _window(60.0, 0.0))
+    assert not fails_early(SPEC, ErrorEvidence(), partial)
+    monkeypatch.setattr(early, "AGRESTI_COULL_ERRORS", 0.0)
+    monkeypatch.setattr(early, "AGRESTI_COULL_REQUESTS", 0.0)
+    assert fails_early(SPEC, ErrorEvidence(), partial)
 
 
-def test_check_s_must_be_finite_and_not_negative() -> None:
+def test_check_s_is_0_or_at_least_half_a_second() -> None:
     from modelops.errors import ConfigError
 
-    for bad in (-1.0, math.inf, math.nan):
+    assert CanarySpec(check_s=0.0).check_s == 0.0 and CanarySpec(check_s=0.5).check_s == 0.5
+    for bad in (-1.0, 0.001, 0.2, math.inf, math.nan):
         with pytest.raises(ConfigError, match="check_s"):
             CanarySpec(check_s=bad)

@@ -31,7 +31,7 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
 
-from modelops.canary.gates import Verdict, error_gate
+from modelops.canary.gates import Baseline, Verdict, evaluate
 from modelops.canary.measurement import Measurement
 from modelops.canary.sequential import ErrorEvidence, sprt
 from modelops.canary.spec import CanarySpec
@@ -48,14 +48,21 @@ class WindowSource(Protocol):
                         closed: Mapping[str, Any]) -> Measurement: ...
 
 
-def fails_early(spec: CanarySpec, evidence: ErrorEvidence, partial: Measurement) -> bool:
+def fails_early(spec: CanarySpec, evidence: ErrorEvidence, partial: Measurement,
+                baseline: Baseline | None = None) -> bool:
     """True when the step's evidence plus the window so far already says the canary is bad.
 
-    The same gate the analysis runs (:func:`modelops.canary.gates.error_gate`: a partial
-    window below ``min_requests`` for either version is inconclusive, never early), and the
-    sequential test again with the stable rate shrunk to its Agresti–Coull centre.
+    The analysis the window's end runs (:func:`modelops.canary.gates.evaluate`) must find the
+    error gate failed — a partial window below ``min_requests`` for either version, or with a
+    target that could not be measured, is inconclusive, never early — and no incident (the
+    stable version degrading too: that pauses the release, it is not the canary's fault);
+    then the sequential test again with the stable rate shrunk to its Agresti–Coull centre.
     """
-    if error_gate(spec, partial, evidence).verdict is not Verdict.FAILED:
+    if partial.unreachable:
+        return False
+    analysis = evaluate(spec, partial, baseline, evidence)
+    error = analysis.gate("error_rate")
+    if analysis.incident or error is None or error.verdict is not Verdict.FAILED:
         return False
     total = evidence.plus(partial)
     shrunk = dataclasses.replace(total, stable_requests=total.stable_requests + AGRESTI_COULL_REQUESTS,
@@ -65,16 +72,16 @@ def fails_early(spec: CanarySpec, evidence: ErrorEvidence, partial: Measurement)
 
 def check_partial(source: WindowSource, model: str, stable_version: int, canary_version: int,
                   opened: Mapping[str, Any], spec: CanarySpec, evidence: ErrorEvidence,
-                  now: float) -> dict[str, Any] | None:
+                  now: float, baseline: Baseline | None = None) -> dict[str, Any] | None:
     """The marker that closes the window now if the traffic so far already fails the error test, else None."""
     marker = source.open_window(model, now)
     partial = source.measure_between(model, stable_version, canary_version, opened, marker)
-    return marker if fails_early(spec, evidence, partial) else None
+    return marker if fails_early(spec, evidence, partial, baseline) else None
 
 
 def wait_window(source: WindowSource, model: str, stable_version: int, canary_version: int,
                 opened: Mapping[str, Any], spec: CanarySpec, evidence: ErrorEvidence, *,
-                clock: Callable[[], float] = time.time,
+                baseline: Baseline | None = None, clock: Callable[[], float] = time.time,
                 sleep: Callable[[float], None] = time.sleep) -> tuple[dict[str, Any], bool]:
     """Wait out the window opened by ``opened``, looking every ``spec.check_s``; return (closing marker, early).
 
@@ -85,7 +92,8 @@ def wait_window(source: WindowSource, model: str, stable_version: int, canary_ve
     while (remaining := due - clock()) > 0:
         sleep(min(remaining, spec.check_s) if spec.check_s > 0 else remaining)
         if spec.check_s > 0 and clock() < due:
-            marker = check_partial(source, model, stable_version, canary_version, opened, spec, evidence, clock())
+            marker = check_partial(source, model, stable_version, canary_version, opened, spec, evidence, clock(),
+                                   baseline)
             if marker is not None:
                 return marker, True
     return source.open_window(model, clock()), False

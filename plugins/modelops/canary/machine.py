@@ -66,7 +66,7 @@ from modelops.canary.status import CanaryStatus, Phase, Transition
 
 Outcome = tuple[CanaryStatus, tuple[Action, ...]]
 
-_ANALYSING = {Phase.PROGRESSING, Phase.WAITING_APPROVAL}
+ANALYSING = frozenset({Phase.PROGRESSING, Phase.WAITING_APPROVAL})  # the phases whose windows are analysed
 _INCIDENT = "incident, not the canary's fault: "
 AUTO_RESUMES = 2
 """Incidents a release resumes from by itself; the next one keeps it paused for a person (a canary that
@@ -123,7 +123,7 @@ def advance(spec: CanarySpec, status: CanaryStatus, event: Event, now: float) ->
         reason = f"paused by {event.by}" + (f": {event.reason}" if event.reason else "")
         if status.phase is Phase.PAUSED and status.reason.startswith(_INCIDENT):  # hold it after the incident
             return _to(status, Phase.PAUSED, now, reason), ()
-        if status.phase not in _ANALYSING:
+        if status.phase not in ANALYSING:
             return status, ()
         return _pause(status, now, reason, "paused")
     if isinstance(event, ResumeCommand):
@@ -175,7 +175,7 @@ def _pause(status: CanaryStatus, now: float, reason: str, kind: str) -> Outcome:
 def _measure(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float) -> Outcome:
     if status.phase is Phase.PAUSED and status.reason.startswith(_INCIDENT):
         return _incident_cleared(spec, status, m, now)
-    if status.phase not in _ANALYSING:
+    if status.phase not in ANALYSING:
         return status, ()
     if status.last_window_end is not None and m.window_end <= status.last_window_end:
         return status, ()

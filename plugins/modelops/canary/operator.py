@@ -299,15 +299,11 @@ class CanaryOperator(BaseOperator):
         spec = spec_from_params(context["params"])
         if opened is None:
             opened = wiring.source.open_window(wiring.model, time.time())
-        release = wiring.runner.release.to_dict() if wiring.runner is not None else None
-        # What the trigger needs to look inside the window (the error test on the traffic so far).
-        look: dict[str, Any] = {} if wiring.runner is None else {
-            "opened": dict(opened), "stable_version": wiring.runner.release.stable.triton_version,
-            "spec": spec.to_dict(), "evidence": status.error_evidence.to_dict()}
-        self.defer(trigger=CanaryIntervalTrigger(float(opened["at"]) + spec.interval_s, wiring.model,
-                                                 wiring.canary_version, gateway_urls=list(wiring.gateway_urls),
-                                                 **look),
-                   method_name="execute_window", kwargs={"opened": opened, "release": release})
+        release = wiring.runner.release if wiring.runner is not None else None
+        self.defer(trigger=CanaryIntervalTrigger.for_window(spec, status, release, wiring.model, wiring.canary_version,
+                                                            wiring.gateway_urls, opened),
+                   method_name="execute_window",
+                   kwargs={"opened": opened, "release": None if release is None else release.to_dict()})
 
     def _finish(self, context: Any, status: CanaryStatus) -> dict[str, Any]:
         return finish(context, status, self.log)

@@ -200,9 +200,9 @@ def spec_problems(spec: CanarySpec) -> list[str]:
     for name, value in positive.items():
         if not value > 0 or math.isinf(value):
             problems.append(f"{name}={value!r}: must be a finite number > 0 (example: 1.5)")
-    if not spec.check_s >= 0 or math.isinf(spec.check_s):
-        problems.append(f"check_s={spec.check_s!r}: must be a finite number >= 0, 0 to look only at a window's "
-                        "end (example: 1.0)")
+    if not (spec.check_s == 0 or spec.check_s >= 0.5) or math.isinf(spec.check_s):
+        problems.append(f"check_s={spec.check_s!r}: must be 0 (look only at a window's end) or a finite number "
+                        ">= 0.5 (each look measures every gateway or queries Prometheus; example: 1.0)")
     at_least_one = {"analyses_per_step": spec.analyses_per_step, "min_requests": spec.min_requests,
                     "failure_limit": spec.failure_limit, "inconclusive_limit": spec.inconclusive_limit,
                     "ctr_min_tokens": spec.ctr_min_tokens}

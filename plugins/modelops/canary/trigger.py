@@ -19,10 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 from airflow.triggers.base import BaseTrigger, TriggerEvent
+
+from modelops.canary.machine import ANALYSING
+from modelops.canary.runner import Release
+from modelops.canary.spec import CanarySpec
+from modelops.canary.status import CanaryStatus
 
 
 class CanaryIntervalTrigger(BaseTrigger):
@@ -38,7 +43,7 @@ class CanaryIntervalTrigger(BaseTrigger):
     def __init__(self, due: float, model: str = "", canary_version: int = 0, what: str = "next analysis",
                  gateway_urls: list[str] | None = None, opened: dict[str, Any] | None = None,
                  stable_version: int = 0, spec: dict[str, Any] | None = None,
-                 evidence: dict[str, float] | None = None) -> None:
+                 evidence: dict[str, float] | None = None, baseline: dict[str, Any] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.due = float(due)
         self.model = model
@@ -49,12 +54,32 @@ class CanaryIntervalTrigger(BaseTrigger):
         self.stable_version = int(stable_version)
         self.spec = spec
         self.evidence = evidence
+        self.baseline = baseline
+        self._look_failed = False
+
+    @classmethod
+    def for_window(cls, spec: CanarySpec, status: CanaryStatus, release: Release | None, model: str,
+                   canary_version: int, gateway_urls: Sequence[str],
+                   opened: Mapping[str, Any]) -> CanaryIntervalTrigger:
+        """The trigger of the window ``opened`` opens: looking inside it while the release is analysed.
+
+        Only a release being analysed (progressing, or waiting for approval) with a known stable
+        version is looked at: a paused release's windows are not analysed, so cutting them short
+        would only shorten them.
+        """
+        look: dict[str, Any] = {}
+        if release is not None and status.phase in ANALYSING:
+            look = {"opened": dict(opened), "stable_version": release.stable.triton_version, "spec": spec.to_dict(),
+                    "evidence": status.error_evidence.to_dict(),
+                    "baseline": None if status.baseline is None else status.baseline.to_dict()}
+        return cls(float(opened["at"]) + spec.interval_s, model, canary_version, gateway_urls=list(gateway_urls),
+                   **look)
 
     def serialize(self) -> tuple[str, dict[str, Any]]:
         return ("modelops.canary.trigger.CanaryIntervalTrigger",
                 {"due": self.due, "model": self.model, "canary_version": self.canary_version, "what": self.what,
                  "gateway_urls": self.gateway_urls, "opened": self.opened, "stable_version": self.stable_version,
-                 "spec": self.spec, "evidence": self.evidence})
+                 "spec": self.spec, "evidence": self.evidence, "baseline": self.baseline})
 
     def _check_s(self) -> float:
         """How often to look inside the window (0: not at all: no marker, spec or metrics to look with)."""
@@ -65,19 +90,31 @@ class CanaryIntervalTrigger(BaseTrigger):
     def check_early(self) -> dict[str, Any] | None:
         """The marker closing the window now if the traffic so far already fails the error test, else None."""
         from modelops.canary.early import check_partial
+        from modelops.canary.gates import Baseline
         from modelops.canary.operator import metrics_source
         from modelops.canary.sequential import ErrorEvidence
-        from modelops.canary.spec import CanarySpec
         from modelops.config import settings
 
         assert self.opened is not None and self.spec is not None
         try:
             cfg = settings()
             source = metrics_source(cfg, self.gateway_urls or cfg.gateway_url_list)
+            baseline = None if self.baseline is None else Baseline.from_dict(self.baseline)
             return check_partial(source, self.model, self.stable_version, self.canary_version, self.opened,
-                                 CanarySpec.from_dict(self.spec), ErrorEvidence.from_dict(self.evidence), time.time())
+                                 CanarySpec.from_dict(self.spec), ErrorEvidence.from_dict(self.evidence), time.time(),
+                                 baseline=baseline)
         except Exception as exc:  # looking early is an optimisation; the window's end still decides
-            self.log.warning("canary %s: could not look inside the window: %s", self.model, exc)
+            if not self._look_failed:  # once per window, not every second
+                self.log.warning("canary %s: could not look inside the window (the window's end still "
+                                 "decides): %s", self.model, exc)
+            self._look_failed = True
+            return None
+
+    async def _look(self) -> dict[str, Any] | None:
+        """One look, bounded by what is left of the window (a slow metrics source must not delay its end)."""
+        try:
+            return await asyncio.wait_for(asyncio.to_thread(self.check_early), max(self.due - time.time(), 0.01))
+        except TimeoutError:
             return None
 
     def close_window(self) -> dict[str, Any] | None:
@@ -101,7 +138,7 @@ class CanaryIntervalTrigger(BaseTrigger):
         while remaining > 0:
             await asyncio.sleep(min(remaining, check_s or 10.0))
             if check_s and time.time() < self.due:
-                early = await asyncio.to_thread(self.check_early)
+                early = await self._look()
                 if early is not None:
                     self.log.info("%s v%s: the error test failed the canary %.1f s before the window's end",
                                   self.model, self.canary_version, self.due - time.time())
