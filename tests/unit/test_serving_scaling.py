@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from modelops.errors import ConfigError
@@ -97,3 +99,38 @@ def test_bad_policy_names_field_rule_and_example(kwargs: dict[str, float], field
     with pytest.raises(ConfigError, match="example") as caught:
         Policy(**kwargs)  # type: ignore[arg-type]
     assert field in str(caught.value)
+
+
+CONFIG: dict[str, Any] = {"name": "m", "backend": "python", "max_batch_size": 0, "version_policy": {"specific": {"versions": [1, 2]}},
+          "instance_group": [{"name": "m_0", "kind": "KIND_CPU", "count": 1, "gpus": []}],
+          "parameters": {"delay_s": {"string_value": "0.1"}}}
+
+
+def test_with_count_changes_only_the_count_or_adds_the_marker() -> None:
+    from modelops.serving.scaler import MARKER, instance_count, with_count
+
+    updated = with_count(CONFIG, 3, "update")
+    assert instance_count(updated) == 3 and instance_count(CONFIG) == 1  # the input is left alone
+    assert {k: v for k, v in updated.items() if k != "instance_group"} == \
+        {k: v for k, v in CONFIG.items() if k != "instance_group"}
+    assert updated["instance_group"] == [{"name": "m_0", "kind": "KIND_CPU", "count": 3, "gpus": []}]
+    replaced = with_count(CONFIG, 2)
+    assert replaced["parameters"] == {"delay_s": {"string_value": "0.1"}, MARKER: {"string_value": "2"}}
+    assert replaced["version_policy"] == CONFIG["version_policy"]
+
+
+def test_models_the_controller_cannot_scale_are_refused_with_the_rule() -> None:
+    from modelops.errors import ServingError
+    from modelops.serving.scaler import instance_count, with_count
+
+    with pytest.raises(ServingError, match=r"2 instance groups.*example"):
+        instance_count({**CONFIG, "instance_group": CONFIG["instance_group"] * 2})
+    with pytest.raises(ServingError, match="must be one of replace, update"):
+        with_count(CONFIG, 2, "restart")
+
+
+def test_lock_name_is_the_pipeline_of_a_step() -> None:
+    from modelops.serving.scaler import lock_name
+
+    assert [lock_name(m) for m in ("ranker_preprocess", "ranker_model", "ranker", "_model")] == \
+        ["ranker", "ranker", "ranker", "_model"]
