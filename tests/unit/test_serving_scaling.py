@@ -101,7 +101,8 @@ def test_bad_policy_names_field_rule_and_example(kwargs: dict[str, float], field
     assert field in str(caught.value)
 
 
-CONFIG: dict[str, Any] = {"name": "m", "backend": "python", "max_batch_size": 0, "version_policy": {"specific": {"versions": [1, 2]}},
+CONFIG: dict[str, Any] = {
+          "name": "m", "backend": "python", "max_batch_size": 0, "version_policy": {"specific": {"versions": [1, 2]}},
           "instance_group": [{"name": "m_0", "kind": "KIND_CPU", "count": 1, "gpus": []}],
           "parameters": {"delay_s": {"string_value": "0.1"}}}
 
