@@ -18,9 +18,10 @@ an object-store identity of their own. Nothing here is passed through the job's 
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlparse
@@ -213,7 +214,12 @@ def write_parquet(frame: DataFrame, uri: str, tag: str) -> list[str]:
     bucket, prefix = split_uri(uri)
     base = f"{bucket}/{prefix.strip('/')}"
     task = functools.partial(_write_task, base, tag)
-    paths = sorted(str(row["path"]) for row in frame.mapInArrow(task, "path string, rows long").collect())
+    try:
+        paths = sorted(str(row["path"]) for row in frame.mapInArrow(task, "path string, rows long").collect())
+    except Exception:
+        # The job failed after some tasks wrote their part: no reader may see a part of a failed run.
+        _delete_parts(base, tag)
+        raise
     if not paths:
         path = f"{base}/part-{tag}-empty.parquet"
         schema = to_arrow_schema(frame.schema, timezone="UTC")
@@ -227,31 +233,72 @@ def write_parquet(frame: DataFrame, uri: str, tag: str) -> list[str]:
 
 
 def _write_task(base: str, tag: str, batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
-    import pyarrow.parquet as pq
     from pyspark import TaskContext
 
     context = TaskContext.get()
     path = f"{base}/part-{tag}-{context.partitionId() if context else 0:05d}.parquet"
+    rows = write_batches(filesystem(), path, batches)
+    if rows:
+        yield pa.RecordBatch.from_pydict({"path": [path], "rows": [rows]},
+                                         schema=pa.schema([("path", pa.string()), ("rows", pa.int64())]))
+
+
+def _delete_parts(base: str, tag: str) -> None:
+    """Remove every ``part-<tag>-*`` object under ``base`` (best effort: the run is failing anyway)."""
+    from pyarrow.fs import FileSelector, FileType
+
     store = filesystem()
+    try:
+        for info in store.get_file_info(FileSelector(base, allow_not_found=True)):
+            if info.type is FileType.File and info.base_name.startswith(f"part-{tag}-"):
+                store.delete_file(info.path)
+    except OSError:
+        pass
+
+
+def write_batches(store: Any, path: str, batches: Iterable[pa.RecordBatch], *, atomic: bool = False) -> int:
+    """Stream record batches into one Parquet object at ``path`` (``bucket/key``); returns the rows written.
+
+    Nothing is written when no batch has rows. A failure never leaves a truncated object
+    behind: closing an S3 stream completes the upload, so the object is removed again. With
+    ``atomic`` the object is written under a temporary key and moved into place once
+    complete, so an object that existed before stays whole until then.
+
+    Raises:
+        ObjectStoreError: the store refused a write (the message names the object).
+    """
+    import uuid
+
+    import pyarrow.parquet as pq
+
+    target = f"{path}.tmp-{uuid.uuid4().hex[:12]}" if atomic else path
     rows = 0
     sink: Any = None
-    writer: pq.ParquetWriter | None = None
+    writer: Any = None
+    complete = placed = False
     try:
         for batch in batches:
             if not batch.num_rows:
                 continue
             if writer is None:
-                sink = store.open_output_stream(path)
+                sink = store.open_output_stream(target)
                 writer = pq.ParquetWriter(sink, batch.schema)
             writer.write_batch(batch)
             rows += batch.num_rows
+        if writer is not None:
+            writer.close()
+            sink.close()
+        complete = True
+        if atomic and rows:
+            store.move(target, path)
+        placed = True
     except OSError as exc:
         raise ObjectStoreError(f"cannot write s3://{path}: {exc}") from exc
     finally:
-        if writer is not None:
-            writer.close()
-        if sink is not None:
-            sink.close()
-    if rows:
-        yield pa.RecordBatch.from_pydict({"path": [path], "rows": [rows]},
-                                         schema=pa.schema([("path", pa.string()), ("rows", pa.int64())]))
+        if sink is not None and not placed:
+            if not complete:
+                with contextlib.suppress(Exception):
+                    sink.close()  # completes the upload of what was written, which must not stay:
+            with contextlib.suppress(OSError):
+                store.delete_file(target)
+    return rows

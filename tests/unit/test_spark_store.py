@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pyarrow as pa
 import pytest
 
@@ -32,3 +35,34 @@ def test_schemas_get_the_types_spark_exchanges_with_arrow() -> None:
         ("ts", pa.timestamp("us", tz="UTC")), ("local", pa.timestamp("us")), ("name", pa.string()),
         ("blob", pa.binary()), ("kind", pa.string()), ("x", pa.float64()),
     ])
+
+
+def _batches(fail_after: int | None = None) -> Any:
+    import pyarrow as pa
+
+    for k in range(3):
+        if fail_after is not None and k == fail_after:
+            raise OSError("connection reset by the store")
+        yield pa.RecordBatch.from_pydict({"x": [k, k + 10]})
+
+
+@pytest.mark.parametrize("atomic", [False, True])
+def test_write_batches_writes_whole_objects_or_none(tmp_path: Path, atomic: bool) -> None:
+    import pyarrow.parquet as pq
+    from pyarrow.fs import LocalFileSystem
+
+    from modelops.errors import ObjectStoreError
+    from modelops.spark_store import write_batches
+
+    fs, path = LocalFileSystem(), str(tmp_path / "out.parquet")
+    assert write_batches(fs, path, _batches(), atomic=atomic) == 6
+    assert pq.read_table(path).column("x").to_pylist() == [0, 10, 1, 11, 2, 12]
+    with pytest.raises(ObjectStoreError, match=r"out\.parquet"):
+        write_batches(fs, path, _batches(fail_after=2), atomic=atomic)
+    if atomic:  # the object that was there stays whole
+        assert pq.read_table(path).num_rows == 6
+    else:  # no truncated object is left behind
+        assert not (tmp_path / "out.parquet").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == (["out.parquet"] if atomic else [])
+    assert write_batches(fs, str(tmp_path / "none.parquet"), iter([]), atomic=atomic) == 0
+    assert not (tmp_path / "none.parquet").exists()

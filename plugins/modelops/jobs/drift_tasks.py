@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import tempfile
+from collections.abc import Iterator
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -103,7 +104,6 @@ def _filter_version(samples: str, model: str, triton_version: int, dst: str,
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
-    import pyarrow.parquet as pq
 
     from modelops import spark_store
 
@@ -116,25 +116,18 @@ def _filter_version(samples: str, model: str, triton_version: int, dst: str,
     condition = (ds.field("model") == model) & (ds.field("model_version") == triton_version)
     if after is not None:
         condition = condition & (ds.field("ts") > pa.scalar(after, type=pa.timestamp("us", tz="UTC")))
-    rows, latest = 0, None
-    sink: Any = None
-    writer = None
-    try:
+    latest: Any = None
+
+    def matching() -> Iterator[pa.RecordBatch]:
+        nonlocal latest
         for batch in dataset.to_batches(filter=condition):
-            if batch.num_rows == 0:
-                continue
-            if writer is None:
-                sink = store.open_output_stream(f"{bucket}/{key}")
-                writer = pq.ParquetWriter(sink, batch.schema)
-            writer.write_batch(batch)
-            rows += batch.num_rows
-            top = pc.max(batch.column("ts")).as_py()
-            latest = top if latest is None or (top is not None and top > latest) else latest
-    finally:
-        if writer is not None:
-            writer.close()
-        if sink is not None:
-            sink.close()
+            if batch.num_rows:
+                top = pc.max(batch.column("ts")).as_py()
+                latest = top if latest is None or (top is not None and top > latest) else latest
+                yield batch
+
+    # Whole or not at all: a failed copy must not leave a truncated baseline at its final key.
+    rows = spark_store.write_batches(store, f"{bucket}/{key}", matching(), atomic=True)
     return rows, latest
 
 
