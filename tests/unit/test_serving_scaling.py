@@ -135,3 +135,16 @@ def test_lock_name_is_the_pipeline_of_a_step() -> None:
 
     assert [lock_name(m) for m in ("ranker_preprocess", "ranker_model", "ranker", "_model")] == \
         ["ranker", "ranker", "ranker", "_model"]
+
+
+def test_the_reconciler_leaves_the_instance_count_to_the_controller() -> None:
+    from modelops.serving.pbtxt import config_json, config_mismatches, pipeline_specs
+    from modelops.serving.reconcile import _counts_as
+
+    expected = config_json(pipeline_specs("ranker", backend="python")["model"].with_versions([1]))
+    scaled = {**expected, "instance_group": [{"name": "g", "kind": "KIND_CPU", "count": 3}]}
+    assert config_mismatches(expected, {**scaled, "instance_group": _counts_as(expected, scaled)}) == []
+    other_kind = {**expected, "instance_group": [{"kind": "KIND_GPU", "count": 3}]}
+    assert config_mismatches(expected, {**other_kind, "instance_group": _counts_as(expected, other_kind)})
+    two_groups = {**expected, "instance_group": expected["instance_group"] * 2}
+    assert config_mismatches(expected, {**two_groups, "instance_group": _counts_as(expected, two_groups)})
