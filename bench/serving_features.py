@@ -10,8 +10,8 @@ per contender, alternating plain / explained request by request, from one client
 concurrency 1. Prints load at start and end, per round p50 / p99 / throughput, the
 medians over the rounds and, last, the p50 ratio explain / plain per model (goal <= 3).
 
-Only the explain part of issue 14's benchmark: precomputed predictions and queue-driven
-scaling are not built yet.
+The explain part of issue 14's benchmark; queue time with the scaling controller on vs off is
+``bench/triton_scaling.py``; precomputed predictions are not built yet.
 
     .venv/bin/python bench/serving_features.py --requests 50 --rounds 3
 """

@@ -109,7 +109,7 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=float, default=100.0)
     parser.add_argument("--max-instances", type=int, default=3)
     parser.add_argument("--cooldown-s", type=float, default=4.0)
-    parser.add_argument("--port-base", type=int, default=25000, help="Triton at base+300..302 (default 25000)")
+    parser.add_argument("--port-base", type=int, default=30000, help="Triton at base+300..302 (default 30000)")
     args = parser.parse_args()
     print(f"load at start: {os.getloadavg()}", flush=True)
     from modelops.config import stack_port_env
