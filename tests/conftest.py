@@ -28,6 +28,9 @@ TEST_ENV = {
     # The session stack runs without Prometheus & co.: their alerts would reach the shared notification
     # receiver; tests/integration/test_observability.py starts the same services on ports of its own.
     "MODELOPS_OBSERVABILITY": "off",
+    # ... but the real batch DAGs and releases push to a Pushgateway of the session when one runs (the
+    # session_pushgateway fixture of tests/integration/conftest.py; nothing listens otherwise: pushes logged).
+    "MODELOPS_PUSHGATEWAY_URL": f"http://127.0.0.1:{_BASE + 617}",
 }
 
 

@@ -3,12 +3,16 @@
 The observability services of :mod:`modelops.observability.stack` (Debian's binaries,
 unpacked by ``make prometheus``) start on loopback beside the session stack, scraping a
 test gateway (``tests/integration/test_gateway.py``'s: its test models, one of which
-answers a constant score, collapse hold 2 s) and the stack's Triton every second, with
-the repository's rule files. Under generated traffic, a routes change (a release step),
-a release phase pushed through the canary's checkpoint store and batch results pushed
-the way ``nightly_drift`` and ``feedback_join`` push them:
+answers a constant score, collapse hold 2 s), the stack's Triton and the session's
+Pushgateway every second, with the repository's rule files. Under generated traffic, a
+routes change (a release step), a release phase pushed through the canary's checkpoint
+store, and the real ``feedback_join`` and ``nightly_drift`` DAG runs of the session
+(the ``batch_runs`` fixture, shared with test_job_dags.py: their tasks push to the
+session Pushgateway as in production):
 
-* every dashboard panel's PromQL (template variables filled) returns at least one series;
+* every dashboard panel's PromQL (template variables filled: the batch-result panels with
+  the model the DAGs ran for, the live panels with the test gateway's model) returns at
+  least one series, and the pushed values are those of the runs' documents;
 * Airflow's StatsD (sent by Airflow's own logger) reaches Prometheus through the bridge;
 * the prediction collapse alert fires in Prometheus for the collapsed model that serves
   traffic, and reaches the platform's notifier through Alertmanager and the relay.
@@ -18,11 +22,11 @@ Without the binaries the tests fail when ``CI`` is set and are skipped otherwise
 
 from __future__ import annotations
 
+import json
 import os
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, replace
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -37,11 +41,11 @@ from modelops.errors import StackError
 from modelops.gateway.routes import routes_key, serialize_routes
 from modelops.objectstore import ObjectStore
 from modelops.observability.dashboards import DASHBOARDS, fill, queries
-from modelops.observability.pushed import drift_group, feedback_groups, push_groups
 from modelops.observability.release_phase import PhasePushingStore
 from modelops.observability.stack import Ports, binary, services
 from modelops.stack import process
 from tests.integration.test_gateway import FLAT, MODEL, GatewayProcess, gateway, good_body, predict, routes_doc, served
+from tests.support.batch_runs import STORY_TIMEOUT, BatchRuns
 from tests.support.receiver import NotificationReceiver
 
 pytestmark = pytest.mark.integration
@@ -49,9 +53,11 @@ pytestmark = pytest.mark.integration
 __all__ = ["gateway", "served"]  # the module fixtures of the gateway tests, reused here
 
 _BASE = int(os.environ.get("MODELOPS_TEST_PORT_BASE", "24000"))
-# Beside the stack's own observability ports (+600..+603, off in the test stack).
-PORTS = Ports(prometheus=_BASE + 610, pushgateway=_BASE + 611, alertmanager=_BASE + 612, relay=_BASE + 613,
+# Beside the stack's own observability ports (+600..+603, off in the test stack); the Pushgateway is the
+# session's (+617, tests/integration/conftest.py), where the stack's batch DAGs push.
+PORTS = Ports(prometheus=_BASE + 610, pushgateway=_BASE + 617, alertmanager=_BASE + 612, relay=_BASE + 613,
               statsd=_BASE + 614, statsd_bridge=_BASE + 615)
+PUSHED = ("modelops_drift_", "modelops_feedback_")  # the batch-result panels: filled with the batch model
 INTERVAL_S = 1.0
 
 
@@ -90,14 +96,17 @@ def _wait_ready(url: str, log: Path, timeout_s: float = 60.0) -> None:
 
 
 @pytest.fixture(scope="module")
-def observability(stack_settings: Settings, gateway: GatewayProcess,
+def observability(stack_settings: Settings, gateway: GatewayProcess, session_pushgateway: str | None,
                   tmp_path_factory: pytest.TempPathFactory) -> Iterator[Observability]:
     _binaries()
+    assert session_pushgateway == f"http://127.0.0.1:{PORTS.pushgateway}", session_pushgateway
     home = tmp_path_factory.mktemp("observability")
     cfg = replace(stack_settings, home=home, gateway_urls=(gateway.url,))
     started = []
     try:
         for service in services(cfg, PORTS, interval_s=INTERVAL_S, alert_group_wait_s=1.0):
+            if service.name == "pushgateway":
+                continue  # the session's Pushgateway runs already
             if service.prepare is not None:
                 service.prepare()
             process.start(service.argv, env=service.env, log_file=service.log_file(home),
@@ -108,22 +117,6 @@ def observability(stack_settings: Settings, gateway: GatewayProcess,
     finally:
         for service in reversed(started):
             process.stop(service.pid_file(home))
-
-
-@pytest.fixture(scope="module")
-def pushed_results(observability: Observability) -> None:
-    """What the batch DAGs and a release push (the same builders, the same groups)."""
-    day = datetime.now(UTC).date().isoformat()
-    feature = {"p_value": 0.001, "sensitivity": 0.8, "baseline": {}, "current": {}}
-    drift = {"schema_version": 1, "rows": {"baseline": 500, "current": 400}, "sampled": False, "threshold": 0.1,
-             "drifted": True, "score": {"name": "score", "ks": 0.2, "p_value": 0.0, "drifted": True},
-             "features": [{**feature, "name": "f_000", "ks": 0.4, "weighted_score": 0.32, "drifted": True},
-                          {**feature, "name": "f_001", "ks": 0.02, "weighted_score": 0.016, "drifted": False}],
-             "top_causes": ["f_000"]}
-    rows = [{"model": MODEL, "model_version": v, "impressions": 100, "clicked": 10 * v, "converted": v,
-             "ctr": 0.1 * v, "cvr": 0.1} for v in (1, 2)]
-    groups = [drift_group(MODEL, 2, day, drift), *feedback_groups(day, rows, {"malformed": 1, "duplicate": 0})]
-    assert push_groups(observability.pushgateway, groups) == len(groups)
 
 
 def _airflow_task_metrics(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -151,7 +144,8 @@ def _traffic(gw: GatewayProcess, seconds: float) -> int:
     return sent
 
 
-def test_every_dashboard_panel_returns_series(observability: Observability, pushed_results: None,
+@pytest.mark.timeout(STORY_TIMEOUT)  # its setup runs the session's batch DAG story when no test did yet
+def test_every_dashboard_panel_returns_series(observability: Observability, batch_runs: BatchRuns,
                                               gateway: GatewayProcess, object_store: ObjectStore,
                                               monkeypatch: pytest.MonkeyPatch) -> None:
     # A release step (new routes revision: the annotation and the weights) and its phase, pushed by the
@@ -175,7 +169,8 @@ def test_every_dashboard_panel_returns_series(observability: Observability, push
     _airflow_task_metrics(monkeypatch)
     _traffic(gateway, 8.0)
 
-    expressions = [(where, fill(expr, MODEL)) for d in DASHBOARDS for where, expr in queries(d)]
+    expressions = [(where, fill(expr, batch_runs.model if any(name in expr for name in PUSHED) else MODEL))
+                   for d in DASHBOARDS for where, expr in queries(d)]
     empty: list[str] = []
     deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline:
@@ -188,8 +183,18 @@ def test_every_dashboard_panel_returns_series(observability: Observability, push
     p95 = observability.query(f'model_version:modelops_gateway_request_duration_seconds:p95_5m{{model="{MODEL}"}}')
     assert {s["metric"]["version"] for s in p95} == {"1", "2"}
     assert all(0 < float(s["value"][1]) < 1.0 for s in p95), p95
-    ctr = observability.query(f'modelops_feedback_ctr{{model="{MODEL}",version="2"}}')
-    assert [float(s["value"][1]) for s in ctr] == [pytest.approx(0.2)]
+    # The batch results are those of the real runs: the CTR of feedback_join's ctr_cvr.json, the drift
+    # verdict and score of nightly_drift's drift.json (the second run's: the shifted features).
+    version = str(batch_runs.triton_version)
+    assert batch_runs.feedback_document is not None
+    (row,) = [r for r in batch_runs.feedback_document["by_version"] if r["model"] == batch_runs.model]
+    ctr = observability.query(f'modelops_feedback_ctr{{model="{batch_runs.model}",version="{version}"}}')
+    assert [float(s["value"][1]) for s in ctr] == [pytest.approx(row["ctr"])]
+    drift = json.loads(object_store.get_bytes(f"{batch_runs.drift_prefix}/drift.json"))
+    selector = f'model="{batch_runs.model}",version="{version}",job="modelops_nightly_drift"'
+    assert [float(s["value"][1]) for s in observability.query(f"modelops_drift_detected{{{selector}}}")] == [1.0]
+    weighted = observability.query(f"modelops_drift_feature_weighted_score{{{selector}}}")
+    assert {s["metric"]["feature"] for s in weighted} == {f["name"] for f in drift["features"]}
     assert observability.query(f'modelops_release_phase{{model="{MODEL}",phase="progressing"}}')
 
 
