@@ -172,3 +172,28 @@ def test_canary_reads_promql_by_default_wherever_prometheus_runs(tmp_path: Path)
     assert metrics_source(configured, gateways).url == "http://prom:9090"
     scrape = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_CANARY_METRICS": "scrape"})
     assert isinstance(metrics_source(scrape, gateways), ScrapeSource)  # the scrape source stays
+
+
+def test_the_pushgateway_never_supplies_the_series_the_canary_decides_on() -> None:
+    import re
+    from pathlib import Path
+
+    import yaml
+
+    from modelops.observability.stack import PUSHED_LIVE_SERIES_DROP, prometheus_config
+
+    embedded = prometheus_config(gateway_metrics_urls=["http://127.0.0.1:1/metrics"],
+                                 triton_metrics_urls=["http://127.0.0.1:2/metrics"],
+                                 pushgateway_url="http://127.0.0.1:3", alertmanager_url="http://127.0.0.1:4",
+                                 interval_s=1.0)
+    compose = yaml.safe_load((Path(__file__).resolve().parents[2] / "prometheus" / "prometheus.yml").read_text())
+    for config in (embedded, compose):
+        job = next(j for j in config["scrape_configs"] if j["job_name"] == "pushgateway")
+        assert job["metric_relabel_configs"] == [PUSHED_LIVE_SERIES_DROP]
+    dropped = re.compile(f"^(?:{PUSHED_LIVE_SERIES_DROP['regex']})$")
+    for name in ("modelops_gateway_requests_total", "modelops_gateway_errors_total", "nv_inference_request_failure",
+                 "ml_prediction_std"):
+        assert dropped.match(name), name
+    for name in ("modelops_drift_score", "modelops_feedback_ctr", "modelops_release_phase",
+                 "modelops_scaling_instances"):
+        assert not dropped.match(name), name

@@ -97,6 +97,12 @@ def _targets(urls: Sequence[str]) -> tuple[str, list[str]]:
     return paths.pop(), [urllib.parse.urlsplit(u).netloc for u in urls]
 
 
+#: Anyone who reaches the Pushgateway can push: the series the canary decides on (the gateways' and
+#: Triton's own) are never taken from it.
+PUSHED_LIVE_SERIES_DROP = {"source_labels": ["__name__"], "regex": "modelops_gateway_.*|nv_.*|ml_prediction_.*",
+                           "action": "drop"}
+
+
 def _job(name: str, urls: Sequence[str], **extra: Any) -> dict[str, Any]:
     path, hosts = _targets(urls)
     return {"job_name": name, "metrics_path": path, "static_configs": [{"targets": hosts}], **extra}
@@ -114,7 +120,8 @@ def prometheus_config(*, gateway_metrics_urls: Sequence[str], triton_metrics_url
     interval = f"{round(interval_s * 1000)}ms"
     files = [str(p) for p in (rule_files if rule_files is not None else sorted(RULES_DIR.glob("*.yml")))]
     jobs = [_job(GATEWAY_JOB, gateway_metrics_urls), _job(TRITON_JOB, triton_metrics_urls),
-            _job(PUSHGATEWAY_JOB, [f"{pushgateway_url}/metrics"], honor_labels=True),
+            _job(PUSHGATEWAY_JOB, [f"{pushgateway_url}/metrics"], honor_labels=True,
+                 metric_relabel_configs=[PUSHED_LIVE_SERIES_DROP]),
             _job("alertmanager", [f"{alertmanager_url}/metrics"])]
     jobs += [_job(name, urls) for name, urls in (extra_jobs or {}).items()]
     return {"global": {"scrape_interval": interval, "scrape_timeout": interval, "evaluation_interval": interval,
