@@ -58,7 +58,8 @@ def test_the_canary_read_its_windows_through_promql(prometheus: str, compose_set
     calls = _query_api_calls(prometheus)
     promoted = _checkpoint(object_store, STORY["stable_tv"])
     per_window = len(promql(MODEL, (1, 2), 5.0, compose_settings.prometheus_up_selector))
-    assert promoted["phase"] == "promoted" and promoted["analyses"] >= 2, promoted
+    # Steps 50,100: one analysed step, which an error-free canary passes in one window at the 0.5 % floor.
+    assert promoted["phase"] == "promoted" and promoted["analyses"] >= 1, promoted
     # At least the promoted release's windows (the rolled-back one added its own).
     assert calls >= per_window * promoted["analyses"], (calls, promoted["analyses"])
 
