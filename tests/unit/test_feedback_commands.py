@@ -25,8 +25,14 @@ def test_defaults_and_parsed_instants() -> None:
     assert args.end == datetime(2026, 11, 2, tzinfo=UTC)
     assert args.window_hours == 24.0
     assert args.master is None
-    assert (args.predictions, args.events, args.out) == ("p", "e", "o")
+    # --predictions and --events take one or more locations (local paths or s3:// prefixes).
+    assert (args.predictions, args.events, args.out) == (["p"], ["e"], "o")
     assert callable(args.func)
+
+
+def test_several_input_locations() -> None:
+    args = parser().parse_args(["feedback", *REQUIRED, "--predictions", "s3://b/p/hour=00", "s3://b/p/hour=01"])
+    assert args.predictions == ["s3://b/p/hour=00", "s3://b/p/hour=01"]
 
 
 def test_window_and_master_flags() -> None:
