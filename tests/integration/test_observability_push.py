@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import os
 import socket
-import subprocess
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 import requests
@@ -26,6 +24,7 @@ from modelops.errors import StackError
 from modelops.jobs import drift_tasks, feedback_tasks
 from modelops.observability.release_phase import PhasePushingStore
 from modelops.observability.stack import binary
+from tests.support.batch_runs import start_pushgateway
 
 pytestmark = pytest.mark.integration
 
@@ -42,24 +41,8 @@ def pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
             pytest.fail(str(exc))
         pytest.skip(str(exc))
     log = tmp_path_factory.mktemp("pushgateway") / "pushgateway.log"
-    with log.open("wb") as out:
-        proc = subprocess.Popen([str(path), f"--web.listen-address=127.0.0.1:{PORT}"], stdout=out,
-                                stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{PORT}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if requests.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            assert time.monotonic() < deadline, f"pushgateway not ready: {Path(log).read_text()[-500:]}"
-            time.sleep(0.2)
+    with start_pushgateway(path, PORT, log) as url:
         yield url
-    finally:
-        proc.terminate()
-        proc.wait(timeout=20)
 
 
 @pytest.fixture
