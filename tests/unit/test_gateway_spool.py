@@ -253,15 +253,21 @@ def test_a_batch_refused_by_a_full_disk_leaves_no_torn_bytes(tmp_path: Path, mon
     assert [r[0] for r in records] == ["tok-0", "tok-1", "tok-2", "tok-6"]
 
 
-def test_a_torn_segment_uploads_its_records_even_when_the_local_quarantine_cannot_be_written(tmp_path: Path) -> None:
-    spool_dir = tmp_path / "feedback"
+def _torn_segment(spool_dir: Path, *, records: int, torn_bytes: int) -> Path:
+    """A sealed segment of ``records`` feedback frames followed by the first ``torn_bytes`` of another."""
     writer = SegmentWriter(spool_dir)
-    writer.write(b"".join(encode_frame(_feedback(k)) for k in range(4)))
+    writer.write(b"".join(encode_frame(_feedback(k)) for k in range(records)))
     assert writer.current is not None
     with open(writer.current, "ab") as handle:
-        handle.write(encode_frame(_feedback(9))[:7])
+        handle.write(encode_frame(_feedback(9))[:torn_bytes])
     segment = writer.seal()
     assert segment is not None
+    return segment
+
+
+def test_a_torn_segment_uploads_its_records_even_when_the_local_quarantine_cannot_be_written(tmp_path: Path) -> None:
+    spool_dir = tmp_path / "feedback"
+    segment = _torn_segment(spool_dir, records=4, torn_bytes=7)
     (tmp_path / "quarantine").write_text("not a directory")  # the local copy fails like a full disk
     store = MemoryStore()
     uploader = Uploader(spool_dir, "logs/feedback", store, convert_feedback)
@@ -277,13 +283,7 @@ def test_a_torn_segment_uploads_its_records_even_when_the_local_quarantine_canno
 
 def test_a_torn_segment_is_copied_aside_and_counted_once_while_the_store_keeps_failing(tmp_path: Path) -> None:
     spool_dir = tmp_path / "feedback"
-    writer = SegmentWriter(spool_dir)
-    writer.write(b"".join(encode_frame(_feedback(k)) for k in range(2)))
-    assert writer.current is not None
-    with open(writer.current, "ab") as handle:
-        handle.write(encode_frame(_feedback(9))[:5])
-    segment = writer.seal()
-    assert segment is not None
+    segment = _torn_segment(spool_dir, records=2, torn_bytes=5)
 
     class DownStore(MemoryStore):
         def put_bytes(self, key: str, data: bytes, *, content_type: str = "") -> str:
