@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from modelops.canary.runner import Checkpoint, VersionRef
 from modelops.errors import ContractError, ModelopsError
-from modelops.gateway.routes import Routes, load_routes, routes_key, serialize_routes
+from modelops.gateway.routes import Routes, load_routes, routed_versions, routes_key, serialize_routes
 from modelops.gateway.routes import VersionRef as RouteVersion
 from modelops.names import check_model_name
 
@@ -82,13 +82,6 @@ def http_get_json(timeout_s: float = 3.0) -> GetJson:
     return get
 
 
-def _named(routes: Routes | None) -> set[int]:
-    """The Triton versions a routes document sends traffic to (none for no document)."""
-    if routes is None:
-        return set()
-    return {routes.stable.version} | ({routes.canary.version} if routes.canary is not None else set())
-
-
 @dataclass
 class ObjectStoreRoutes:
     """Writes ``routes/<model>.json`` and waits until every gateway reports the new revision.
@@ -126,7 +119,7 @@ class ObjectStoreRoutes:
         # A version these routes stop naming (the old stable on promotion, the canary on rollback) stays
         # loaded for the reconciler's grace: held here, before the routes change, so a reconciler that
         # restarts right after the change cannot unload it at once (an unload releases the hold).
-        for version in sorted(_named(previous) - _named(routes)):
+        for version in sorted(routed_versions(previous) - routed_versions(routes)):
             write_hold(self.store, model, version, why=f"dropped from the routes by {by}: kept loaded for "
                        f"{self.grace_s:.0f} s (instant rollback)", ttl_s=self.grace_s)
         self.store.put_bytes(routes_key(model), serialize_routes(routes), content_type="application/json")

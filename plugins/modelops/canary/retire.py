@@ -16,19 +16,10 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from modelops.canary.status import Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
+from modelops.gateway.routes import routed_versions
 
 #: Seconds the previous stable version stays loaded after a promotion (``stable_grace_s`` param).
 DEFAULT_STABLE_GRACE_S = 600
-
-
-def routed_versions(routes: Any) -> set[int]:
-    """The Triton versions a routes document sends traffic to (stable, and the canary if any)."""
-    if routes is None:
-        return set()
-    versions = {int(routes.stable.version)}
-    if routes.canary is not None:
-        versions.add(int(routes.canary.version))
-    return versions
 
 
 class RetirePreviousStable(BaseOperator):

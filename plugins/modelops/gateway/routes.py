@@ -63,6 +63,16 @@ class Routes:
     schema_version: int = SCHEMA_VERSION
 
 
+def routed_versions(routes: Routes | None) -> set[int]:
+    """The Triton versions a routes document sends traffic to (stable, and the canary if any; none for none)."""
+    if routes is None:
+        return set()
+    versions = {int(routes.stable.version)}
+    if routes.canary is not None:
+        versions.add(int(routes.canary.version))
+    return versions
+
+
 def routes_key(model: str) -> str:
     """Object-store key of a model's routes document (the name checked: it becomes part of a key)."""
     return f"{ROUTES_PREFIX}{check_model_name(model)}.json"
