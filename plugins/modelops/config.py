@@ -286,6 +286,11 @@ SETTINGS: tuple[Setting, ...] = (
             "How a count changes: replace (the override also sets a marker parameter: Triton loads a new copy beside "
             "the serving one and switches, ~6 s under load) or update (only the count: Triton updates in place but "
             "first waits for the model's queue to empty, 39 s measured under overload)."),
+    Setting("precomputed_max_age_s", "MODELOPS_PRECOMPUTED_MAX_AGE_S", _positive_float, "7200",
+            "Freshness limit of precomputed predictions: the gateway answers online when the routed version's "
+            "newest snapshot is older (two runs of the hourly precompute_predictions DAG)."),
+    Setting("precomputed_poll_s", "MODELOPS_PRECOMPUTED_POLL_S", _positive_float, "5",
+            "Seconds between the gateway's looks for new precomputed snapshots of the routed versions."),
 )
 
 
@@ -356,6 +361,8 @@ class Settings:
     scaling_cooldown_s: float
     scaling_interval_s: float
     scaling_mode: str
+    precomputed_max_age_s: float
+    precomputed_poll_s: float
 
     # Derived values: the embedded defaults unless an explicit URL was configured.
     @property
