@@ -59,6 +59,7 @@ from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
 from modelops.gateway.openapi import FEEDBACK_SCHEMA, build_openapi
 from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pollers import GatewayPollers
+from modelops.gateway.precomputed import SOURCE_HEADER, PrecomputedScores
 from modelops.gateway.routes import (
     Routes,
     VersionRef,
@@ -92,6 +93,7 @@ class Gateway(GatewayPollers):
         self.secret = resolve_secret(cfg.feedback_secret, cfg.home)
         self.store = ObjectStore.from_settings(cfg)
         self.features = OnlineFeatures(self.store, self.names)
+        self.precomputed = PrecomputedScores(self.store, cfg.precomputed_max_age_s)
         spool_root = Path(options.spool_dir) if options.spool_dir else cfg.home / "gateway" / "spool"
         self.logs = EventLogs(spool_root, self.store, self.names, SpoolConfig(
             max_segment_bytes=options.segment_max_bytes, max_segment_age_s=options.segment_max_age_s,
@@ -111,20 +113,26 @@ class Gateway(GatewayPollers):
         self.watch = CollapseWatch(options.collapse_threshold, options.collapse_hold_s, options.collapse_min_scores)
         self._tasks: list[asyncio.Task[None]] = []
         self._init_metrics()
+        self.precomputed.register(self.registry)
 
     # ------------------------------------------------------------------ lifecycle
     async def startup(self) -> None:
         await self.logs.start()
         await asyncio.to_thread(self.features.refresh)
         await asyncio.to_thread(self._poll_routes_once)
+        await asyncio.to_thread(self._refresh_precomputed)
         loop = asyncio.get_running_loop()
         self._tasks = [
             loop.create_task(self._every(self.options.routes_poll_s, self._poll_routes_once), name="routes"),
             loop.create_task(self._every(self.options.features_poll_s, self.features.refresh), name="features"),
+            loop.create_task(self._every(self.cfg.precomputed_poll_s, self._refresh_precomputed), name="precomputed"),
             loop.create_task(self._watch_loop(), name="collapse-watch"),
             loop.create_task(self._triton_stats_loop(), name="triton-stats"),
             loop.create_task(self._loop_lag_probe(), name="loop-lag"),
         ]
+
+    def _refresh_precomputed(self) -> None:
+        self.precomputed.refresh(list(self.routes.values()))  # the routed versions' newest snapshots
 
     async def shutdown(self) -> None:
         for task in self._tasks:
@@ -155,6 +163,7 @@ class Gateway(GatewayPollers):
                 await self._feedback(headers, request_id, receive, send)
             elif method == "GET" and path == "/metrics":
                 self._refresh_gauges(time.time())
+                self.precomputed.refresh_gauges(time.time())
                 await respond(send, 200, self.registry.render().encode(), request_id,
                                content_type=b"text/plain; version=0.0.4; charset=utf-8")
             elif method == "GET" and path == "/healthz":
@@ -322,10 +331,16 @@ class Gateway(GatewayPollers):
             raise self._unavailable("features_unavailable", str(exc)) from exc
         finally:
             timing.features_s = time.perf_counter() - started
+        # Precomputed predictions: only a snapshot of exactly the routed version, on the served features
+        # (modelops.gateway.precomputed); explain=true and anything not covered is scored online.
+        hit, why_online = (None, "explain") if query["explain"] else self.precomputed.lookup(
+            model, version, user_id, item_ids, self.features.current.snapshot if self.features.current else None,
+            time.time())
         remaining = deadline_s - timing.total_s()
         explanations: list[dict[str, Any]] = []
         called = (model, version.version)
-        self.triton_called[called] = time.monotonic()
+        if hit is None:  # a precomputed answer calls no Triton
+            self.triton_called[called] = time.monotonic()
         timing.share = self.triton_delays.share(*called)
         timing.calls_ahead = self.triton_in_flight.get(called, 0)
         self.triton_in_flight[called] = timing.calls_ahead + 1
@@ -334,7 +349,7 @@ class Gateway(GatewayPollers):
             if remaining <= 0:
                 raise TimeoutError
             async with asyncio.timeout(remaining):
-                scores = await self.triton.infer_scores(model, version.version, features)
+                scores = hit if hit is not None else await self.triton.infer_scores(model, version.version, features)
                 if query["explain"]:  # same version, same deadline
                     explanations = await self._explain(model, version.version, item_ids, features, scores,
                                                        int(query["top_k"]), request_id)
@@ -393,10 +408,12 @@ class Gateway(GatewayPollers):
         await respond(send, 200, body, request_id, [
             (b"x-model-version", version.label.encode()),
             (b"x-inference-latency", f"{inference_ms:.3f}".encode()),
+            (SOURCE_HEADER, b"online" if hit is None else b"precomputed"),
             *timing.headers(parts),
         ])
         total_s = timing.total_s()
         self.m_requests.inc((*labels, ("code", "200")))
+        self.precomputed.count(model, version.version, "online" if hit is None else "precomputed", why_online)
         self.m_latency.observe(labels, total_s)
         delay_origin = origin(parts)
         self.m_latency_origin.observe((("model", model), ("origin", delay_origin)), total_s)
@@ -410,6 +427,7 @@ class Gateway(GatewayPollers):
                      model_id=version.label, variant=variant, inference_time_ms=round(inference_ms, 3),
                      feature_lookup_ms=round(timing.features_s * 1000, 3), latency_ms=round(total_s * 1000, 3),
                      input_size_bytes=size, n_items=n, delay_origin=delay_origin,
+                     prediction_source="online" if hit is None else "precomputed", online_reason=why_online,
                      triton_queue_ms=round(parts["triton_queue"] * 1000, 3),
                      triton_compute_ms=round(parts["triton_compute"] * 1000, 3))
 

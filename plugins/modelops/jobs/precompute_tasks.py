@@ -1,0 +1,179 @@
+"""The precompute_predictions DAG's task bodies: find each model's champion, score, publish a snapshot.
+
+The batch scores the active users x candidate items (the users and items of the served
+feature snapshot, optionally capped) with the champion (the routes document's stable Triton
+version) through Triton's HTTP API with binary tensors, ``batch_rows`` pairs per call (at
+most the model's ``max_batch_size``), ``concurrency`` calls in flight, then writes the
+scores and, last, the manifest (:mod:`modelops.serving.precompute`). The pairs are built
+from the in-memory feature tables exactly as the gateway builds a request's matrix
+(:class:`~modelops.example.tables.FeatureLookup`), so a precomputed score is what Triton
+returns online for the same features.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import logging
+import time
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from modelops.errors import ContractError, ServingError
+from modelops.objectstore import ObjectStore
+from modelops.serving.precompute import (
+    Manifest,
+    Population,
+    manifest_key,
+    population,
+    row_ranges,
+    scores_key,
+    serialize_manifest,
+    snapshot_name,
+)
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Champion:
+    """What a batch scores with: the stable version of a model's routes document."""
+
+    model: str
+    version: int
+    sha256: str
+    routes_revision: int
+
+
+def champions(store: ObjectStore, models: list[str] | None = None) -> list[Champion]:
+    """The stable version of each routed model (``models``: only these; a missing one is an error).
+
+    Raises:
+        ContractError: a named model has no routes document, or a document is invalid.
+    """
+    from modelops.gateway.routes import ROUTES_PREFIX, load_routes, model_from_key, routes_key
+
+    names = models or sorted(m for k in store.list_keys(ROUTES_PREFIX) if (m := model_from_key(k)) is not None)
+    found: list[Champion] = []
+    for name in names:
+        key = routes_key(name)
+        if models and not store.exists(key):
+            raise ContractError(f"model={name!r}: no routes document {key} (example: model=recommender)")
+        routes = load_routes(store.get_bytes(key))
+        found.append(Champion(name, routes.stable.version, routes.stable.sha256, routes.revision))
+    return found
+
+
+def _pairs(lookup: Any, pop: Population, start: int, stop: int) -> npt.NDArray[np.float32]:
+    """Feature rows ``[start, stop)`` of the user-major pairs (user k, item j) -> row k * n_items + j."""
+    n_items = len(pop.item_ids)
+    rows = np.arange(start, stop)
+    users = np.asarray(pop.user_ids, dtype=object)[rows // n_items]
+    items = np.asarray(pop.item_ids, dtype=object)[rows % n_items]
+    return np.asarray(lookup.matrix(users, items), dtype=np.float32)
+
+
+async def score_pairs(triton_url: str, champion: Champion, lookup: Any, pop: Population, *,
+                      batch_rows: int = 4096, concurrency: int = 4) -> npt.NDArray[np.float32]:
+    """Every pair's score from Triton ``champion.version``, user-major (float32 ``[rows]``).
+
+    Raises:
+        ServingError: Triton unreachable, the version not loaded, or a refused call.
+    """
+    from modelops.gateway.inference import TritonHTTP
+
+    triton = TritonHTTP(triton_url, max_idle=concurrency)
+    try:
+        config = await triton.version_config(champion.model, champion.version)
+        max_batch = int(config.get("max_batch_size", 0) or 0)
+        scores = np.empty(pop.rows, dtype=np.float32)
+        gate = asyncio.Semaphore(concurrency)
+
+        async def one(start: int, stop: int) -> None:
+            features = _pairs(lookup, pop, start, stop)
+            async with gate:
+                scores[start:stop] = await triton.infer_scores(champion.model, champion.version, features)
+
+        await asyncio.gather(*(one(a, b) for a, b in row_ranges(pop.rows, batch_rows, max_batch)))
+        return scores
+    finally:
+        await triton.close()
+
+
+def scores_parquet(pop: Population, scores: npt.NDArray[np.float32]) -> bytes:
+    """``user_id``, ``item_id`` (dictionary-encoded), ``score`` float32, user-major, zstd."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    n_items = len(pop.item_ids)
+    table = pa.table({
+        "user_id": pa.DictionaryArray.from_arrays(
+            pa.array(np.repeat(np.arange(len(pop.user_ids), dtype=np.int32), n_items)), pa.array(pop.user_ids)),
+        "item_id": pa.DictionaryArray.from_arrays(
+            pa.array(np.tile(np.arange(n_items, dtype=np.int32), len(pop.user_ids))), pa.array(pop.item_ids)),
+        "score": pa.array(scores, type=pa.float32()),
+    })
+    sink = io.BytesIO()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue()
+
+
+def publish_snapshot(store: ObjectStore, champion: Champion, snapshot: str, feature_snapshot: str,
+                     pop: Population, scores: npt.NDArray[np.float32], created_at: datetime) -> Manifest:
+    """Write the scores, then the manifest (last: a reader never sees half a snapshot)."""
+    key = scores_key(champion.model, champion.version, snapshot)
+    digest = store.put_bytes(key, scores_parquet(pop, scores))
+    manifest = Manifest(
+        model=champion.model, version=champion.version, sha256=champion.sha256, snapshot=snapshot,
+        created_at=created_at.astimezone(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        rows=pop.rows, n_users=len(pop.user_ids), n_items=len(pop.item_ids), feature_snapshot=feature_snapshot,
+        scores_key=key, scores_sha256=digest, routes_revision=champion.routes_revision)
+    store.put_bytes(manifest_key(champion.model, champion.version, snapshot), serialize_manifest(manifest),
+                    content_type="application/json")
+    return manifest
+
+
+def precompute(champion: Champion, interval_start: datetime, *, store: ObjectStore | None = None,
+               triton_url: str | None = None, max_users: int = 0, max_items: int = 0, batch_rows: int = 4096,
+               concurrency: int = 4) -> dict[str, Any]:
+    """Score the served feature snapshot's users x items with ``champion`` and publish the snapshot.
+
+    Idempotent per interval: the snapshot is named by ``interval_start``, so a re-run rewrites it.
+    Returns a small summary (the manifest's location, version, rows, seconds).
+
+    Raises:
+        ObjectStoreError: the feature tables or the upload failed.
+        ServingError: Triton refused or is unreachable.
+    """
+    from modelops.config import settings
+    from modelops.example.tables import FeatureLookup, load_feature_tables
+    from modelops.features import feature_names, load_features
+
+    store = store or ObjectStore.from_settings()
+    triton_url = triton_url or settings().triton_http_url
+    started = time.perf_counter()
+    users, items, feature_snapshot = load_feature_tables(store)
+    lookup = FeatureLookup.from_frames(users, items, feature_names(load_features()))
+    pop = population(users["user_id"].astype(str).tolist(), items["item_id"].astype(str).tolist(),
+                     max_users=max_users, max_items=max_items)
+    snapshot = snapshot_name(interval_start)
+    try:
+        scores = asyncio.run(score_pairs(triton_url, champion, lookup, pop, batch_rows=batch_rows,
+                                         concurrency=concurrency))
+    except ServingError as exc:
+        raise ServingError(f"precompute {champion.model} v{champion.version}: {exc}") from exc
+    scored_s = time.perf_counter() - started
+    manifest = publish_snapshot(store, champion, snapshot, feature_snapshot, pop, scores, datetime.now(UTC))
+    took = time.perf_counter() - started
+    log.info("precomputed %s v%d: %d rows (%d users x %d items) in %.1f s (%.0f rows/s scoring)",
+             champion.model, champion.version, pop.rows, len(pop.user_ids), len(pop.item_ids), took,
+             pop.rows / max(scored_s, 1e-9))
+    return {"model": champion.model, "version": champion.version, "snapshot": snapshot, "rows": pop.rows,
+            "created_at": manifest.created_at, "feature_snapshot": feature_snapshot,
+            "manifest": store.uri(manifest_key(champion.model, champion.version, snapshot)),
+            "seconds": round(took, 3)}
+
