@@ -117,7 +117,7 @@ def _optional_url(raw: str) -> str:
 
 def _url_list(raw: str) -> tuple[str, ...]:
     urls = tuple(u.strip().rstrip("/") for u in raw.split(",") if u.strip())
-    bad = [u for u in urls if not re.match(r"^https?://[^/\s]+", u)]
+    bad = [u for u in urls if not re.match(r"^(dns\+)?https?://[^/\s]+", u)]
     if bad:
         raise ValueError(f"must be comma-separated http(s) URLs; not a URL: {bad[0]!r}")
     return urls
@@ -228,7 +228,8 @@ SETTINGS: tuple[Setting, ...] = (
             "Share of requests whose scored items (with features) are logged."),
     Setting("gateway_urls", "MODELOPS_GATEWAY_URLS", _url_list, "",
             "Comma-separated base URLs of every gateway replica: the canary waits for each to apply new "
-            "routes and scrapes each one's metrics. Empty: the embedded gateway.",
+            "routes and scrapes each one's metrics; dns+http://NAME:PORT stands for every address NAME "
+            "resolves to (the replicas of a compose or headless service). Empty: the embedded gateway.",
             example="http://gateway-1:8400,http://gateway-2:8400"),
     Setting("canary_metrics", "MODELOPS_CANARY_METRICS", _choice("auto", "scrape", "prometheus"), "auto",
             "Where the canary reads its per-version metrics: scrape the gateways' and Triton's /metrics "
@@ -393,8 +394,10 @@ class Settings:
 
     @property
     def gateway_url_list(self) -> tuple[str, ...]:
-        """Every gateway replica (MODELOPS_GATEWAY_URLS), or the embedded one."""
-        return self.gateway_urls or (self.gateway_url,)
+        """Every gateway replica (MODELOPS_GATEWAY_URLS, ``dns+`` names resolved now), or the embedded one."""
+        from modelops.discovery import expand
+
+        return expand(self.gateway_urls) if self.gateway_urls else (self.gateway_url,)
 
     @property
     def notify_url_list(self) -> list[str]:
