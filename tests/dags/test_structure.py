@@ -37,6 +37,7 @@ EXPECTED = {
         "spark_drift": ["publish_reports"],
         "publish_reports": [],
     },
+    "precompute_predictions": {"resolve_champions": ["score_snapshot"], "score_snapshot": []},
 }
 
 

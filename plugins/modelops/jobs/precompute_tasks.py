@@ -68,6 +68,14 @@ def champions(store: ObjectStore, models: list[str] | None = None) -> list[Champ
     return found
 
 
+def interval_start(context: Any) -> datetime:
+    """The time that names a run's snapshot: its data interval's start, else (manual runs) when it ran."""
+    start = context.get("data_interval_start")
+    if start is None:
+        start = context["dag_run"].run_after
+    return datetime.fromtimestamp(start.timestamp(), UTC)
+
+
 def _pairs(lookup: Any, pop: Population, start: int, stop: int) -> npt.NDArray[np.float32]:
     """Feature rows ``[start, stop)`` of the user-major pairs (user k, item j) -> row k * n_items + j."""
     n_items = len(pop.item_ids)
