@@ -28,6 +28,7 @@ import numpy.typing as npt
 from modelops.errors import ServingError
 
 _UNAVAILABLE_HINTS = ("unknown model", "not found", "not ready", "unavailable", "is not loaded")
+_DATATYPES = {np.dtype(np.float32).str: "FP32", np.dtype(np.int64).str: "INT64"}
 
 
 class TritonUnavailable(ServingError):
@@ -105,21 +106,36 @@ class TritonHTTP:
             TritonFailed: Triton refused the request or answered something unreadable.
         """
         data = np.ascontiguousarray(features, dtype=np.float32)
+        status, headers, body = await self._exchange(self._request(model, version, (("features", data),), "score"))
+        return _parse_scores(status, headers, body, model, version, data.shape[0])
+
+    async def infer_output(self, model: str, version: int, inputs: tuple[tuple[str, npt.NDArray[Any]], ...],
+                           output: str) -> npt.NDArray[np.float32]:
+        """The FP32 ``output`` (flat) of ``model`` at ``version`` for named FP32 or INT64 ``inputs``.
+
+        Raises:
+            TritonUnavailable: unreachable, or the version is not loaded.
+            TritonFailed: Triton refused the request or answered something unreadable.
+        """
+        status, headers, body = await self._exchange(self._request(model, version, inputs, output))
+        return _parse_output(status, headers, body, f"Triton {model} v{version}", output)
+
+    def _request(self, model: str, version: int, inputs: tuple[tuple[str, npt.NDArray[Any]], ...],
+                 output: str) -> bytes:
         header = json.dumps({
-            "inputs": [{"name": "features", "shape": list(data.shape), "datatype": "FP32",
-                        "parameters": {"binary_data_size": data.nbytes}}],
-            "outputs": [{"name": "score", "parameters": {"binary_data": True}}],
+            "inputs": [{"name": name, "shape": list(data.shape), "datatype": _DATATYPES[data.dtype.str],
+                        "parameters": {"binary_data_size": data.nbytes}} for name, data in inputs],
+            "outputs": [{"name": output, "parameters": {"binary_data": True}}],
         }, separators=(",", ":")).encode()
+        size = len(header) + sum(data.nbytes for _, data in inputs)
         head = (
             f"POST /v2/models/{model}/versions/{version}/infer HTTP/1.1\r\n"
             f"Host: {self.host}:{self.port}\r\n"
             "Content-Type: application/octet-stream\r\n"
             f"Inference-Header-Content-Length: {len(header)}\r\n"
-            f"Content-Length: {len(header) + data.nbytes}\r\n\r\n"
+            f"Content-Length: {size}\r\n\r\n"
         ).encode()
-        request = b"".join((head, header, data.tobytes()))
-        status, headers, body = await self._exchange(request)
-        return _parse_scores(status, headers, body, model, version, data.shape[0])
+        return b"".join((head, header, *(data.tobytes() for _, data in inputs)))
 
     async def version_stats(self, model: str, version: int) -> dict[str, Any]:
         """Triton's statistics extension for one version (``GET /v2/models/{m}/versions/{v}/stats``).
@@ -213,6 +229,15 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, s
 def _parse_scores(status: int, headers: dict[str, str], body: bytes, model: str, version: int,
                   n_items: int) -> npt.NDArray[np.float32]:
     where = f"Triton {model} v{version}"
+    scores = _parse_output(status, headers, body, where, "score")
+    if scores.shape[0] != n_items:
+        raise TritonFailed(f"{where}: {scores.shape[0]} scores for {n_items} items")
+    return scores
+
+
+def _parse_output(status: int, headers: dict[str, str], body: bytes, where: str,
+                  name: str) -> npt.NDArray[np.float32]:
+    """The FP32 output ``name`` (flat) of an answer of Triton's infer endpoint (binary or JSON data)."""
     if status != 200:
         try:
             message = str(json.loads(body).get("error", body[:300]))
@@ -224,16 +249,12 @@ def _parse_scores(status: int, headers: dict[str, str], body: bytes, model: str,
     json_length = int(headers.get("inference-header-content-length", len(body)))
     try:
         doc: Any = json.loads(body[:json_length])
-        output = next(o for o in doc["outputs"] if o["name"] == "score")
+        output = next(o for o in doc["outputs"] if o["name"] == name)
         if output.get("datatype", "FP32") != "FP32":
-            raise TritonFailed(f"{where}: score is {output.get('datatype')}, expected FP32")
+            raise TritonFailed(f"{where}: {name} is {output.get('datatype')}, expected FP32")
         size = output.get("parameters", {}).get("binary_data_size")
         if size is not None:
-            scores = np.frombuffer(body, dtype=np.float32, count=int(size) // 4, offset=json_length)
-        else:
-            scores = np.asarray(output["data"], dtype=np.float32)
+            return np.frombuffer(body, dtype=np.float32, count=int(size) // 4, offset=json_length)
+        return np.asarray(output["data"], dtype=np.float32).reshape(-1)
     except (ValueError, KeyError, StopIteration, TypeError) as exc:
         raise TritonFailed(f"{where}: malformed answer ({exc})") from exc
-    if scores.shape[0] != n_items:
-        raise TritonFailed(f"{where}: {scores.shape[0]} scores for {n_items} items")
-    return scores
