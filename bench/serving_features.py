@@ -10,10 +10,18 @@ per contender, alternating plain / explained request by request, from one client
 concurrency 1. Prints load at start and end, per round p50 / p99 / throughput, the
 medians over the rounds and, last, the p50 ratio explain / plain per model (goal <= 3).
 
-The explain part of issue 14's benchmark; queue time with the scaling controller on vs off is
-``bench/triton_scaling.py``; precomputed predictions are not built yet.
+Precomputed vs online (``--part precomputed``): the batch of the ``precompute_predictions`` DAG
+scores the 200 users x 500 items with each model's stable version (its rows/s printed), and two
+gateways (one worker each) serve the same requests: one answers from the snapshot
+(``X-Prediction-Source: precomputed``, checked), the other online (its freshness limit set below
+the snapshot's age, so every answer is scored by Triton: the anchor). Requests alternate between
+the two, one client at concurrency 1; per round p50 / p99 / throughput, medians and, last, the p50
+ratio precomputed / online per model (goal <= 0.5).
+
+Queue time with the scaling controller on vs off is ``bench/triton_scaling.py``.
 
     .venv/bin/python bench/serving_features.py --requests 50 --rounds 3
+    .venv/bin/python bench/serving_features.py --part precomputed --requests 200 --rounds 3
 """
 
 from __future__ import annotations
@@ -83,6 +91,8 @@ def teardown(pipeline: str, python_model: str) -> None:
     client, store = TritonClient(cfg.triton_http_url), ObjectStore.from_settings(cfg)
     for name in (pipeline, python_model):
         store.delete(routes_key(name))
+        for key in list(store.list_keys(f"precomputed/{name}/")):  # bench_precomputed's snapshots
+            store.delete(key)
     with contextlib.suppress(ServingError):
         client.unload(python_model)
         for triton_model in step_names(pipeline).values():
@@ -91,12 +101,12 @@ def teardown(pipeline: str, python_model: str) -> None:
     shutil.rmtree(cfg.home / "triton" / "repository" / python_model, ignore_errors=True)
 
 
-def start_gateway(port: int, base: Path, extra: list[str]) -> subprocess.Popen[bytes]:
+def start_gateway(port: int, base: Path, extra: list[str], **env_extra: str) -> subprocess.Popen[bytes]:
     import requests
 
-    env = dict(os.environ)
+    env = {**os.environ, **env_extra}
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "plugins"), env.get("PYTHONPATH", "")) if p)
-    with (base / "gateway.log").open("ab") as handle:
+    with (base / f"gateway-{port}.log").open("ab") as handle:
         proc = subprocess.Popen([sys.executable, "-m", "modelops.gateway", "serve", "--port", str(port),
                                  "--workers", "1", "--spool-dir", str(base / "spool"), "--max-deadline-ms", "10000",
                                  *extra],
@@ -108,7 +118,7 @@ def start_gateway(port: int, base: Path, extra: list[str]) -> subprocess.Popen[b
                 return proc
         time.sleep(0.2)
     proc.kill()
-    raise SystemExit(f"gateway did not start: {(base / 'gateway.log').read_text()[-2000:]}")
+    raise SystemExit(f"gateway did not start: {(base / f'gateway-{port}.log').read_text()[-2000:]}")
 
 
 def one_round(url: str, model: str, n: int, items: int) -> dict[str, tuple[float, float, float]]:
@@ -130,8 +140,82 @@ def one_round(url: str, model: str, n: int, items: int) -> dict[str, tuple[float
             for kind, v in latencies.items()}
 
 
+def precompute_snapshots(models: tuple[str, ...]) -> None:
+    """The DAG's batch for each model's stable version (users x items of the served feature snapshot)."""
+    from datetime import UTC, datetime
+
+    from modelops.jobs.precompute_tasks import champions, precompute
+    from modelops.objectstore import ObjectStore
+
+    store = ObjectStore.from_settings()
+    for champion in champions(store, list(models)):
+        summary = precompute(champion, datetime.now(UTC), store=store)
+        print(f"precompute {champion.model} v{champion.version}: {summary['rows']} rows in {summary['seconds']:.1f} s "
+              f"({summary['rows'] / summary['seconds']:.0f} rows/s, scores + manifest written)")
+
+
+def precomputed_round(urls: dict[str, str], model: str, n: int, items: int) -> dict[str, tuple[float, float, float]]:
+    """The same requests to the precomputed and the online gateway, alternating; per contender p50, p99, req/s."""
+    import requests
+
+    session = requests.Session()
+    latencies: dict[str, list[float]] = {kind: [] for kind in urls}
+    for k in range(n):
+        body = {"user_id": f"u_{k % 200:04d}", "item_ids": [f"i_{(k * 7 + j) % 500:04d}" for j in range(items)],
+                "timestamp": 1764460800}
+        order = list(urls.items()) if k % 2 == 0 else list(reversed(urls.items()))
+        for kind, url in order:
+            started = time.perf_counter()
+            response = session.post(f"{url}/v1/models/{model}/predict", json=body, timeout=30)
+            latencies[kind].append((time.perf_counter() - started) * 1000)
+            if response.status_code != 200 or response.headers.get("x-prediction-source") != kind:
+                raise SystemExit(f"{model} {kind}: HTTP {response.status_code} "
+                                 f"source {response.headers.get('x-prediction-source')} {response.text[:300]}")
+    return {kind: (float(np.percentile(v, 50)), float(np.percentile(v, 99)), 1000.0 * len(v) / sum(v))
+            for kind, v in latencies.items()}
+
+
+def report(model: str, rounds: list[dict[str, tuple[float, float, float]]], kinds: tuple[str, str]) -> float:
+    """Print each round and the medians; returns the p50 ratio kinds[1] / kinds[0]."""
+    for r, figures in enumerate(rounds):
+        print(f"{model} round {r + 1}: " + ", ".join(
+            f"{kind} p50 {p50:.1f} ms p99 {p99:.1f} ms {rps:.1f} req/s" for kind, (p50, p99, rps) in figures.items()))
+    medians = {kind: [statistics.median(r[kind][i] for r in rounds) for i in range(3)] for kind in kinds}
+    print(f"{model} medians of {len(rounds)} rounds: " + ", ".join(
+        f"{kind} p50 {m[0]:.1f} ms p99 {m[1]:.1f} ms {m[2]:.1f} req/s" for kind, m in medians.items()))
+    return medians[kinds[1]][0] / medians[kinds[0]][0]
+
+
+def precomputed_part(args: argparse.Namespace, models: tuple[str, ...], base: Path) -> dict[str, float]:
+    precompute_snapshots(models)
+    ports = {"precomputed": free_port(), "online": free_port()}
+    procs = [start_gateway(ports["precomputed"], base, [], MODELOPS_PRECOMPUTED_POLL_S="0.5"),
+             start_gateway(ports["online"], base, [], MODELOPS_PRECOMPUTED_MAX_AGE_S="0.000001")]
+    urls = {kind: f"http://127.0.0.1:{port}" for kind, port in ports.items()}
+    ratios: dict[str, float] = {}
+    try:
+        for model in models:
+            deadline = time.monotonic() + 30
+            while True:  # the precomputed gateway has loaded the snapshot (readiness, not a sleep)
+                try:
+                    precomputed_round(urls, model, 2, args.items)
+                    break
+                except SystemExit:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+            rounds = [precomputed_round(urls, model, args.requests, args.items) for _ in range(args.rounds)]
+            ratios[model] = report(model, rounds, ("online", "precomputed"))
+    finally:
+        for proc in procs:
+            proc.terminate()
+            proc.wait(timeout=30)
+    return ratios
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", choices=("explain", "precomputed", "all"), default="all")
     parser.add_argument("--requests", type=int, default=50, help="requests per contender per round")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--items", type=int, default=20)
@@ -141,7 +225,22 @@ def main() -> None:
     print(f"load at start: {os.getloadavg()}")
     run = uuid.uuid4().hex[:8]
     pipeline, python_model = setup(run)
-    base = Path(tempfile.mkdtemp(prefix="bench-explain-"))
+    base = Path(tempfile.mkdtemp(prefix="bench-serving-"))
+    precomputed_ratios: dict[str, float] = {}
+    if args.part in ("precomputed", "all"):
+        try:
+            precomputed_ratios = precomputed_part(args, (pipeline, python_model), base)
+        except BaseException:
+            teardown(pipeline, python_model)
+            shutil.rmtree(base, ignore_errors=True)
+            raise
+    if args.part == "precomputed":
+        teardown(pipeline, python_model)
+        shutil.rmtree(base, ignore_errors=True)
+        print(f"load at end: {os.getloadavg()}")
+        for model, ratio in precomputed_ratios.items():
+            print(f"p50 precomputed / online ({args.items} items) {model}: {ratio:.2f}x (goal <= 0.5)")
+        return
     port = free_port()
     proc = start_gateway(port, base, ["--explain-permutations", str(args.explain_permutations),
                                       "--explain-concurrency", str(args.explain_concurrency)])
@@ -166,6 +265,8 @@ def main() -> None:
         teardown(pipeline, python_model)
         shutil.rmtree(base, ignore_errors=True)
         print(f"load at end: {os.getloadavg()}")
+    for model, ratio in precomputed_ratios.items():
+        print(f"p50 precomputed / online ({args.items} items) {model}: {ratio:.2f}x (goal <= 0.5)")
     for model, ratio in ratios.items():
         print(f"p50 explain / plain ({args.items} items) {model}: {ratio:.2f}x (goal <= 3)")
 
