@@ -1,8 +1,8 @@
 """explain=true against the real stack: Shapley sampling scored by the Triton version that scored the request.
 
 Two differently shaped models: the reference model (``modelops.example``'s MLP, trained
-small, published as a release publishes it: an ensemble of preprocess + MLP,
-``max_batch_size`` 64, so an explanation is many batched calls) and a python-backend model
+small, published as a release publishes it: a pipeline of preprocess + MLP that scores an
+explanation's path rows inside itself) and a python-backend model
 built to depend on one feature (a steep sigmoid of it, ``max_batch_size`` 0: one call),
 with a canary version. For each, the listed
 contributions plus the rest plus the baseline score add up to the score within the stated
@@ -115,14 +115,25 @@ def check_additive(answer: dict[str, Any], top_k: int) -> None:
         assert item["top_reason"].startswith(f"{first['feature']}=") and "(baseline " in item["top_reason"]
 
 
+def step_inferences(triton_url: str, routes: Routes) -> int:
+    """How many rows the pipeline's model step of the stable version has scored (Triton's statistics)."""
+    step, version = step_names(routes.model)["model"], routes.stable.version
+    stats = requests.get(f"{triton_url}/v2/models/{step}/versions/{version}/stats", timeout=10).json()
+    return int(stats["model_stats"][0]["inference_count"])
+
+
 @pytest.mark.parametrize("model", [PIPELINE, FOCUS])
-def test_contributions_add_up_to_the_score_for_both_model_shapes(gateway: GatewayProcess, model: str) -> None:
+def test_contributions_add_up_to_the_score_for_both_model_shapes(gateway: GatewayProcess, model: str,
+                                                                 served: dict[str, Routes], triton_url: str) -> None:
     body = good_body("u_0007", n=20)
     plain = predict(gateway, model, body)
     assert plain.status_code == 200, plain.text
     for top_k in (5, 128):
+        before = step_inferences(triton_url, served[model]) if model == PIPELINE else 0
         explained = predict(gateway, model, body, f"?explain=true&top_k={top_k}")
         assert explained.status_code == 200, explained.text
+        if model == PIPELINE:  # the release's pipeline scored the 5,160 path rows itself: only the 20 items
+            assert step_inferences(triton_url, served[model]) - before == 20  # went through its steps
         answer = explained.json()
         assert answer["scores"] == plain.json()["scores"]  # the same version scored both
         check_additive(answer, top_k)

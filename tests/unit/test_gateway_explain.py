@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import importlib.util
 import math
+import sys
+import types
 
 import numpy as np
 import pytest
@@ -14,9 +18,13 @@ from modelops.gateway.explain import (
     contributions,
     path_inputs,
     permutations,
+    ranks_of,
     top_features,
     top_reason,
 )
+from modelops.gateway.explaining import ExplainPlan, explain_items
+from modelops.gateway.inference import TritonFailed
+from modelops.serving.pbtxt import TEMPLATES_DIR
 
 
 def score(rows: np.ndarray) -> np.ndarray:
@@ -42,6 +50,22 @@ def test_path_inputs_switch_one_feature_per_step_in_permutation_order() -> None:
     baseline = np.zeros(3, dtype=np.float32)
     rows = path_inputs(x, baseline, np.array([[2, 0, 1]]))
     np.testing.assert_array_equal(rows, [[0, 0, 0], [0, 0, 3], [1, 0, 3], [1, 2, 3]])
+
+
+def test_the_pipeline_model_builds_the_same_path_rows_as_the_gateway(monkeypatch: pytest.MonkeyPatch) -> None:
+    """templates/ensemble_model.py (explanations inside Triton) and path_inputs (the gateway) agree row for row."""
+    monkeypatch.setitem(sys.modules, "triton_python_backend_utils", types.ModuleType("triton_python_backend_utils"))
+    spec = importlib.util.spec_from_file_location("ensemble_model", TEMPLATES_DIR / "ensemble_model.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    rng = np.random.default_rng(5)
+    x = rng.normal(size=(4, 9)).astype(np.float32)
+    x[1, 3] = np.nan  # unknown values travel as they are scored
+    baseline = rng.normal(size=9).astype(np.float32)
+    perms = permutations(9, 4, seed=11)
+    np.testing.assert_array_equal(module.path_rows(x, baseline, ranks_of(perms)), path_inputs(x, baseline, perms))
+    assert ranks_of(np.array([[2, 0, 1]])).tolist() == [[1, 2, 0]]
 
 
 def test_contributions_add_up_to_score_minus_baseline_for_any_model() -> None:
@@ -107,3 +131,39 @@ def test_the_baseline_is_the_mean_of_the_snapshots_users_and_items_per_feature()
     for column in items.columns[1:]:
         assert by_name[column] == pytest.approx(float(items[column].mean()), rel=1e-6)
     assert snapshot.baseline.dtype == np.float32 and not np.isnan(snapshot.baseline).any()
+
+
+class _OldPipeline:
+    """A Triton stand-in for the orchestration only: a pipeline whose config declares the explanation
+    inputs but whose version (published before pipelines explained) fails the call inside it."""
+
+    def __init__(self) -> None:
+        self.inside_calls = 0
+        self.rows_scored = 0
+
+    async def version_config(self, model: str, version: int) -> dict[str, object]:
+        return {"max_batch_size": 64, "input": [{"name": "features"}, {"name": "explain_baseline"},
+                                                {"name": "explain_ranks"}]}
+
+    async def infer_output(self, *args: object) -> np.ndarray:
+        self.inside_calls += 1
+        raise TritonFailed("Triton p v1: HTTP 400: unexpected inference output 'path_score'")
+
+    async def infer_scores(self, model: str, version: int, rows: np.ndarray) -> np.ndarray:
+        assert len(rows) <= 64
+        self.rows_scored += len(rows)
+        return score(rows)
+
+
+def test_a_pipeline_version_that_cannot_explain_inside_is_explained_by_its_paths_from_then_on() -> None:
+    triton, plans = _OldPipeline(), {}
+    x = np.random.default_rng(2).normal(size=(3, 4)).astype(np.float32)
+    for request in ("r1", "r2"):
+        found = asyncio.run(explain_items(triton, plans, np.zeros(4, np.float32), list("abcd"), "p", 1,  # type: ignore[arg-type]
+                                          ["i1", "i2", "i3"], x, score(x), 2, request, n_permutations=2,
+                                          concurrency=4))
+        assert [f["score"] for f in found] == [float(s) for s in score(x)]
+        assert all(abs(f["baseline_score"] + sum(c["contribution"] for c in f["feature_contributions"])
+                       + f["other_features_contribution"] - f["score"]) <= ADDITIVITY_TOLERANCE for f in found)
+    assert triton.inside_calls == 1 and plans[("p", 1)] == ExplainPlan(64, in_model=False)
+    assert triton.rows_scored == 2 * 3 * 2 * 5  # requests x items x permutations x (d + 1)

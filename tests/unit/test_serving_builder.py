@@ -43,13 +43,17 @@ def test_bundle_sha_changes_with_any_artifact_and_not_with_order() -> None:
 def test_release_layout_python_backend() -> None:
     files = release_files(pipeline_specs("ranker", backend="python"), 3, ARTS, info())
     assert sorted(files) == [
-        "ranker/3/model-info.json", "ranker/3/model.py", "ranker/config.pbtxt",
+        "ranker/3/model-info.json", "ranker/3/model.onnx", "ranker/3/model.py", "ranker/3/preprocess.onnx",
+        "ranker/config.pbtxt",
         "ranker_model/3/model.onnx", "ranker_model/3/model.py", "ranker_model/3/variant.json",
         "ranker_model/config.pbtxt",
         "ranker_preprocess/3/model.onnx", "ranker_preprocess/3/model.py", "ranker_preprocess/config.pbtxt",
     ]
     assert files["ranker_model/3/model.onnx"] == b"model-bytes"
     assert files["ranker_preprocess/3/model.onnx"] == b"prep-bytes"
+    # the pipeline carries the steps' very bytes, for explanations computed inside it
+    assert files["ranker/3/model.onnx"] == b"model-bytes"
+    assert files["ranker/3/preprocess.onnx"] == b"prep-bytes"
     assert b"model_version=self.version" in files["ranker/3/model.py"]
 
 

@@ -61,9 +61,25 @@ def test_pipeline_calls_its_steps_by_name_and_tensor() -> None:
 def test_contract_tensors_of_the_pipeline() -> None:
     doc = config_json(specs_for("onnxruntime")["ensemble"])
     assert doc["backend"] == "python"
-    assert doc["input"] == [{"name": "features", "data_type": "TYPE_FP32", "dims": [128]}]
-    assert doc["output"] == [{"name": "score", "data_type": "TYPE_FP32", "dims": [1]}]
+    assert doc["input"] == [
+        {"name": "features", "data_type": "TYPE_FP32", "dims": [128]},
+        # explain=true's optional inputs: the baseline and the permutations' ranks, repeated per item
+        {"name": "explain_baseline", "data_type": "TYPE_FP32", "dims": [128], "optional": True},
+        {"name": "explain_ranks", "data_type": "TYPE_INT64", "dims": [-1], "optional": True},
+    ]
+    assert doc["output"] == [{"name": "score", "data_type": "TYPE_FP32", "dims": [1]},
+                             {"name": "path_score", "data_type": "TYPE_FP32", "dims": [-1]}]
     assert doc["max_batch_size"] == 32
+
+
+def test_an_optional_input_triton_reports_as_required_is_a_mismatch() -> None:
+    expected = config_json(specs_for("python")["ensemble"])
+    reported = {**expected, "input": [{**t, "optional": False} for t in expected["input"]]}
+    assert config_mismatches(expected, reported) == [
+        "input explain_baseline.optional: rendered true, Triton reports false",
+        "input explain_ranks.optional: rendered true, Triton reports false",
+    ]
+    assert config_mismatches(expected, expected) == []
 
 
 def test_triton_style_config_with_extra_defaults_matches() -> None:

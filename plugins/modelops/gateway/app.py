@@ -41,7 +41,7 @@ from modelops.gateway.eventlog import (
     prediction_record,
     scored_record,
 )
-from modelops.gateway.explaining import explain_items
+from modelops.gateway.explaining import ExplainPlan, explain_items
 from modelops.gateway.http import (
     HTTPError,
     Receive,
@@ -108,7 +108,7 @@ class Gateway(GatewayPollers):
         self.triton_delays = TritonDelays()
         self.triton_called: dict[tuple[str, int], float] = {}  # (model, version) -> last call (monotonic)
         self.loop_lag = LoopLag()
-        self.max_batch: dict[tuple[str, int], int] = {}  # (model, version) -> Triton max_batch_size (0: none)
+        self.explain_plans: dict[tuple[str, int], ExplainPlan] = {}  # (model, version) -> how it is explained
         self.triton_in_flight: dict[tuple[str, int], int] = {}
         self.watch = CollapseWatch(options.collapse_threshold, options.collapse_hold_s, options.collapse_min_scores)
         self._tasks: list[asyncio.Task[None]] = []
@@ -433,11 +433,11 @@ class Gateway(GatewayPollers):
 
     async def _explain(self, model: str, version: int, item_ids: list[str], features: npt.NDArray[np.float32],
                        scores: npt.NDArray[np.float32], top_k: int, request_id: str) -> list[dict[str, Any]]:
-        """Shapley sampling (modelops.gateway.explaining) scored by Triton ``version`` in batched calls."""
+        """Shapley sampling (modelops.gateway.explaining) scored by Triton ``version``, inside it or in batches."""
         current = self.features.current
         if current is None:  # the lookup just succeeded, so a snapshot is loaded; never None here
             raise FeaturesUnavailable("no feature snapshot loaded (the explanation's baseline)")
-        return await explain_items(self.triton, self.max_batch, current.baseline, self.names, model, version,
+        return await explain_items(self.triton, self.explain_plans, current.baseline, self.names, model, version,
                                    item_ids, features, scores, top_k, request_id,
                                    n_permutations=self.options.explain_permutations,
                                    concurrency=self.options.explain_concurrency)

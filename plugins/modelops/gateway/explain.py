@@ -45,6 +45,14 @@ def permutations(n_features: int, n_permutations: int, seed: int) -> npt.NDArray
     return out
 
 
+def ranks_of(perms: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+    """``[p, d]``: ``ranks[k, f]`` is feature ``f``'s position in permutation ``k`` (it switches at step rank + 1)."""
+    p, d = perms.shape
+    ranks = np.empty_like(perms)
+    ranks[np.arange(p)[:, None], perms] = np.arange(d)[None, :]
+    return ranks
+
+
 def path_inputs(x: Floats, baseline: Floats, perms: npt.NDArray[np.int64]) -> Floats:
     """The inputs to score: ``[n_items * n_permutations * (d + 1), d]``, item-major, then permutation, then step.
 
@@ -56,9 +64,7 @@ def path_inputs(x: Floats, baseline: Floats, perms: npt.NDArray[np.int64]) -> Fl
     n, d = x.shape
     p = perms.shape[0]
     # switched[k, j, f]: is feature f switched to x's value at step j of permutation k
-    rank = np.empty_like(perms)
-    rank[np.arange(p)[:, None], perms] = np.arange(d)[None, :]
-    switched = np.arange(d + 1)[None, :, None] > rank[:, None, :]  # [p, d + 1, d]
+    switched = np.arange(d + 1)[None, :, None] > ranks_of(perms)[:, None, :]  # [p, d + 1, d]
     rows = np.where(switched[None, :, :, :], x[:, None, None, :], baseline[None, None, None, :])
     return np.ascontiguousarray(rows.reshape(n * p * (d + 1), d), dtype=np.float32)
 

@@ -88,6 +88,9 @@ def release_files(
         if role == "ensemble":
             files[f"{folder}/model.py"] = pipeline_py
             files[f"{folder}/{MODEL_INFO_FILE}"] = info.to_json()
+            # the steps' own bytes, for explanations computed inside the pipeline (ensemble_model.py)
+            files[f"{folder}/{ARTIFACTS['preprocess']}"] = artifacts.preprocess_onnx
+            files[f"{folder}/{ARTIFACTS['model']}"] = artifacts.model_onnx
             continue
         onnx = artifacts.preprocess_onnx if role == "preprocess" else artifacts.model_onnx
         files[f"{folder}/model.onnx"] = onnx

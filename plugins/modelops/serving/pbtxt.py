@@ -27,6 +27,8 @@ Role = Literal["ensemble", "preprocess", "model"]
 ROLES: tuple[Role, ...] = ("preprocess", "model", "ensemble")
 """Load order: both steps before the pipeline that calls them."""
 
+EXPLAIN_BASELINE, EXPLAIN_RANKS, PATH_SCORE = "explain_baseline", "explain_ranks", "path_score"
+"""The pipeline's optional inputs of an explanation and its output (see ``templates/ensemble_model.py``)."""
 _DTYPES = {"float32": "TYPE_FP32", "float64": "TYPE_FP64", "int64": "TYPE_INT64", "int32": "TYPE_INT32"}
 
 
@@ -37,6 +39,7 @@ class TensorSpec:
     name: str
     data_type: str
     dims: tuple[int, ...]
+    optional: bool = False  # a request may leave it out (Triton's ``optional: true``)
 
     def __post_init__(self) -> None:
         if self.data_type not in _DTYPES.values():
@@ -110,6 +113,13 @@ class Signature:
     scaled: TensorSpec = TensorSpec("scaled", "TYPE_FP32", (128,))
     score: TensorSpec = TensorSpec("score", "TYPE_FP32", (1,))
 
+    def explain_tensors(self) -> tuple[tuple[TensorSpec, ...], TensorSpec]:
+        """The pipeline's optional explanation inputs and their output (``ensemble_model.py`` computes them):
+        the baseline and the permutations as ranks, repeated per item, and per item its path scores."""
+        return ((TensorSpec(EXPLAIN_BASELINE, self.features.data_type, self.features.dims, optional=True),
+                 TensorSpec(EXPLAIN_RANKS, "TYPE_INT64", (-1,), optional=True)),
+                TensorSpec(PATH_SCORE, self.score.data_type, (-1,)))
+
 
 def step_names(model: str) -> dict[Role, str]:
     """Triton model names (folders, ``config.pbtxt`` names) of the three roles of ``model`` (the name checked)."""
@@ -132,13 +142,14 @@ def pipeline_specs(model: str, *, backend: str, tuning: Tuning | None = None,
     tuning = tuning or Tuning()
     sig = signature or Signature()
     names = step_names(model)
+    explain_inputs, path_score = sig.explain_tensors()
     return {
         "preprocess": ModelConfigSpec(
             names["preprocess"], "preprocess", backend, (sig.features,), (sig.scaled,), tuning
         ),
         "model": ModelConfigSpec(names["model"], "model", backend, (sig.scaled,), (sig.score,), tuning),
         "ensemble": ModelConfigSpec(
-            names["ensemble"], "ensemble", "python", (sig.features,), (sig.score,), tuning,
+            names["ensemble"], "ensemble", "python", (sig.features, *explain_inputs), (sig.score, path_score), tuning,
             parameters=(
                 ("preprocess_model", names["preprocess"]),
                 ("preprocess_input", sig.features.name),
@@ -154,7 +165,7 @@ def pipeline_specs(model: str, *, backend: str, tuning: Tuning | None = None,
 def _tensors(kind: str, tensors: Sequence[TensorSpec]) -> str:
     items = ",\n".join(
         f'  {{\n    name: "{t.name}"\n    data_type: {t.data_type}\n'
-        f'    dims: [ {", ".join(map(str, t.dims))} ]\n  }}'
+        f'    dims: [ {", ".join(map(str, t.dims))} ]\n' + ("    optional: true\n" if t.optional else "") + "  }"
         for t in tensors
     )
     return f"{kind} [\n{items}\n]"
@@ -204,7 +215,8 @@ def config_json(spec: ModelConfigSpec) -> dict[str, Any]:
         "name": spec.name,
         "backend": spec.backend,
         "max_batch_size": t.max_batch_size,
-        "input": [{"name": x.name, "data_type": x.data_type, "dims": list(x.dims)} for x in spec.inputs],
+        "input": [{"name": x.name, "data_type": x.data_type, "dims": list(x.dims),
+                   **({"optional": True} if x.optional else {})} for x in spec.inputs],
         "output": [{"name": x.name, "data_type": x.data_type, "dims": list(x.dims)} for x in spec.outputs],
         "dynamic_batching": {
             "preferred_batch_size": list(t.preferred_batch_sizes),
@@ -261,6 +273,8 @@ def config_mismatches(expected: Mapping[str, Any], actual: Mapping[str, Any]) ->
                 continue
             same(f"{kind} {tensor['name']}.data_type", tensor["data_type"], have.get("data_type"))
             same(f"{kind} {tensor['name']}.dims", tensor["dims"], have.get("dims"))
+            if tensor.get("optional"):
+                same(f"{kind} {tensor['name']}.optional", True, have.get("optional", False))
     want_b, got_b = exp.get("dynamic_batching", {}), act.get("dynamic_batching") or {}
     same("dynamic_batching.max_queue_delay_microseconds", want_b.get("max_queue_delay_microseconds"),
          got_b.get("max_queue_delay_microseconds", 0))
