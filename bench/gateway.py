@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 import uuid
+from collections.abc import MutableMapping
 from pathlib import Path
 from typing import Any
 
@@ -77,13 +78,13 @@ def teardown(model: str) -> None:
     shutil.rmtree(settings().home / "triton" / "repository" / model, ignore_errors=True)
 
 
-def start_gateway(port: int, spool: Path, log: Path) -> subprocess.Popen[bytes]:
+def start_gateway(port: int, spool: Path, log: Path, plugins: Path = ROOT / "plugins") -> subprocess.Popen[bytes]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(ROOT / "plugins"), env.get("PYTHONPATH", "")) if p)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(plugins), env.get("PYTHONPATH", "")) if p)
     with log.open("ab") as handle:
         proc = subprocess.Popen([sys.executable, "-m", "modelops.gateway", "serve", "--port", str(port),
                                  "--workers", "1", "--spool-dir", str(spool)],
-                                env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=ROOT)
+                                env=env, stdout=handle, stderr=subprocess.STDOUT, cwd=plugins.parent)
     import requests
 
     deadline = time.monotonic() + 60
@@ -95,6 +96,22 @@ def start_gateway(port: int, spool: Path, log: Path) -> subprocess.Popen[bytes]:
             time.sleep(0.2)
     proc.kill()
     raise SystemExit(f"gateway did not start: {log.read_text()[-2000:]}")
+
+
+def export_plugins(rev: str, into: Path) -> Path:
+    """The tree of git revision ``rev`` (a gateway to compare with) unpacked in ``into``; its ``plugins/``."""
+    archive = subprocess.run(["git", "archive", rev], cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
+    return into / "plugins"
+
+
+def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
+    """py-spy (a dev tool, not a dependency: ``pip install py-spy``) on the gateway, GIL-holding samples."""
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    extra = os.environ.get("BENCH_PYSPY_ARGS", "--gil --nonblocking").split()
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "250", *extra, "--output", str(out),
+                             "--format", "flamegraph" if out.suffix == ".svg" else "raw"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
 async def run_load(url: str, bodies: list[tuple[bytes, dict[str, str]]], concurrency: int) -> tuple[float, list[float]]:
@@ -157,7 +174,7 @@ def rejection_cost_in_process(n: int) -> float:
         async def receive() -> dict[str, Any]:
             return {"type": "http.request", "body": body, "more_body": False}
 
-        async def send(message: dict[str, Any]) -> None:
+        async def send(message: MutableMapping[str, Any]) -> None:
             if message["type"] == "http.response.start":
                 statuses.append(message["status"])
 
@@ -175,12 +192,40 @@ def rejection_cost_in_process(n: int) -> float:
 
 
 def cpu_seconds(proc: Any) -> float:
-    times = proc.cpu_times()
-    return float(times.user + times.system)
+    """User + system seconds of the gateway process and its live worker processes."""
+    import psutil
+
+    total = 0.0
+    for p in (proc, *proc.children(recursive=True)):
+        try:
+            times = p.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        total += times.user + times.system
+    return total
 
 
 def pct(values: list[float], q: float) -> float:
     return float(np.percentile(values, q))
+
+
+def load() -> str:
+    one, five, _ = os.getloadavg()
+    return f"load average {one:.1f} (5 min {five:.1f}) on {os.cpu_count()} CPUs"
+
+
+async def rejection_round_trips(url: str, bodies: list[tuple[bytes, dict[str, str]]], status: int) -> list[float]:
+    import aiohttp
+
+    times = []
+    async with aiohttp.ClientSession() as session:
+        for body, headers in bodies:
+            started = time.perf_counter()
+            async with session.post(url, data=body, headers=headers) as response:
+                await response.read()
+                assert response.status == status, (url, response.status)
+            times.append((time.perf_counter() - started) * 1000)
+    return times
 
 
 def main() -> None:
@@ -189,7 +234,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--items", type=int, default=10, help="items per request")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--compare-rev", default=None,
+                        help="also run the gateway of this git revision (e.g. HEAD~3) as a third contender")
+    parser.add_argument("--flame", type=Path, default=None,
+                        help="record the gateway with py-spy into this file (.svg: flame graph, else collapsed "
+                             "stacks); BENCH_PYSPY_ARGS overrides '--gil --nonblocking'")
     args = parser.parse_args()
+    if args.rounds < 1 or args.requests < 100:
+        parser.error("--rounds must be >= 1 and --requests >= 100")
 
     from modelops.config import settings
 
@@ -197,78 +249,95 @@ def main() -> None:
     model = f"bench_{uuid.uuid4().hex[:6]}"
     lookup = setup(model)
     rng = np.random.default_rng(1)
-    requests = [{"user_id": f"u_{rng.integers(0, 220):04d}",
+    requests: list[dict[str, Any]] = [{"user_id": f"u_{rng.integers(0, 220):04d}",
                  "item_ids": [f"i_{k:04d}" for k in rng.integers(0, 520, size=args.items)],
                  "timestamp": 1764460800} for _ in range(args.requests)]
     direct = direct_bodies(lookup, requests)
     via = [(json.dumps(r).encode(), {"Content-Type": "application/json"}) for r in requests]
     bad = [(json.dumps({**r, "item_ids": [*r["item_ids"][:3], "x" * 33]}).encode(),
             {"Content-Type": "application/json"}) for r in requests[:300]]
-    port = free_port()
     work = Path(tempfile.mkdtemp(prefix="bench-gateway-"))
-    proc = start_gateway(port, work / "spool", work / "gateway.log")
-    direct_url = f"{cfg.triton_http_url}/v2/models/{model}/versions/1/infer"
-    gateway_url = f"http://127.0.0.1:{port}/v1/models/{model}/predict"
-    results: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
-    gateway_cpu: dict[int, list[float]] = {}
+    gateways: dict[str, tuple[subprocess.Popen[bytes], str]] = {}
+    profiler = None
     import psutil
 
-    gateway_proc = psutil.Process(proc.pid)
-    load_before = os.getloadavg()[0]
+    print(f"start: {load()}", flush=True)
     try:
-        for conc in args.concurrency:  # warm-up both paths
-            asyncio.run(run_load(direct_url, direct[:100], conc))
-            asyncio.run(run_load(gateway_url, via[:100], conc))
+        trees = {"gateway": ROOT / "plugins"}
+        if args.compare_rev:
+            (work / "rev").mkdir()
+            trees[f"gateway@{args.compare_rev}"] = export_plugins(args.compare_rev, work / "rev")
+        for name, plugins in trees.items():
+            port = free_port()
+            proc = start_gateway(port, work / f"spool-{len(gateways)}", work / f"{len(gateways)}.log", plugins)
+            gateways[name] = (proc, f"http://127.0.0.1:{port}/v1/models/{model}/predict")
+        contenders = [("direct", f"{cfg.triton_http_url}/v2/models/{model}/versions/1/infer", direct),
+                      *((name, url, via) for name, (_proc, url) in gateways.items())]
+        procs = {name: psutil.Process(proc.pid) for name, (proc, _url) in gateways.items()}
+        if args.flame is not None:  # idle samples are left out, so the other contenders' rounds add nothing
+            profiler = start_profiler(gateways["gateway"][0].pid, args.flame)
+        results: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
+        cpu: dict[tuple[str, int], list[float]] = {}
+        for conc in args.concurrency:  # warm-up every path
+            for _name, url, bodies in contenders:
+                asyncio.run(run_load(url, bodies[:100], conc))
         for round_ in range(args.rounds):
             for conc in args.concurrency:
-                for mode, url, bodies in (("direct", direct_url, direct), ("gateway", gateway_url, via)):
-                    cpu_before = cpu_seconds(gateway_proc)
+                order = contenders if round_ % 2 == 0 else contenders[::-1]  # alternate who goes first
+                for name, url, bodies in order:
+                    before = cpu_seconds(procs[name]) if name in procs else 0.0
                     seconds, lat = asyncio.run(run_load(url, bodies, conc))
-                    cpu_ms = (cpu_seconds(gateway_proc) - cpu_before) * 1000 / len(bodies)
-                    results.setdefault((mode, conc), []).append((len(bodies) / seconds, pct(lat, 50), pct(lat, 99)))
-                    if mode == "gateway":
-                        gateway_cpu.setdefault(conc, []).append(cpu_ms)
-                    print(f"round {round_ + 1} c={conc:<2} {mode:<7} {len(bodies) / seconds:8.0f} req/s  "
-                          f"p50 {pct(lat, 50):6.2f} ms  p99 {pct(lat, 99):6.2f} ms"
-                          + (f"  gateway CPU {cpu_ms:.2f} ms/request" if mode == "gateway" else ""), flush=True)
-
-        async def rejections() -> list[float]:
-            import aiohttp
-
-            times = []
-            async with aiohttp.ClientSession() as session:
-                for body, headers in bad:
-                    started = time.perf_counter()
-                    async with session.post(gateway_url, data=body, headers=headers) as response:
-                        await response.read()
-                        assert response.status == 400
-                    times.append((time.perf_counter() - started) * 1000)
-            return times
-
-        http_reject = statistics.median(asyncio.run(rejections()))
+                    line = (f"round {round_ + 1} c={conc:<2} {name:<16} {len(bodies) / seconds:8.0f} req/s  "
+                            f"p50 {pct(lat, 50):6.2f} ms  p99 {pct(lat, 99):6.2f} ms")
+                    results.setdefault((name, conc), []).append((len(bodies) / seconds, pct(lat, 50), pct(lat, 99)))
+                    if name in procs:
+                        cpu_ms = (cpu_seconds(procs[name]) - before) * 1000 / len(bodies)
+                        cpu.setdefault((name, conc), []).append(cpu_ms)
+                        line += f"  gateway CPU {cpu_ms:.2f} ms/request"
+                    print(line, flush=True)
+        # Contract rejections over HTTP, beside the same server's cheapest answer (404, unknown model).
+        reject: dict[str, float] = {}
+        floor: dict[str, float] = {}
+        for name, (_proc, url) in gateways.items():
+            unknown = url.replace(f"/models/{model}/", "/models/no_such_model/")
+            asyncio.run(rejection_round_trips(url, bad[:50], 400))
+            reject[name] = statistics.median(asyncio.run(rejection_round_trips(url, bad, 400)))
+            floor[name] = statistics.median(asyncio.run(rejection_round_trips(unknown, bad, 404)))
     finally:
-        os.kill(proc.pid, signal.SIGTERM)
-        proc.wait(timeout=30)
+        if profiler is not None:
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(timeout=120)
+        for proc, _url in gateways.values():
+            os.kill(proc.pid, signal.SIGTERM)
+            proc.wait(timeout=30)
         teardown(model)
+        shutil.rmtree(work, ignore_errors=True)
     in_process_us = rejection_cost_in_process(3000)
+    print(f"end: {load()}")
 
     print("\nmedians over rounds")
     med: dict[tuple[str, int], tuple[float, float, float]] = {
         key: tuple(statistics.median(v[i] for v in runs) for i in range(3))  # type: ignore[misc]
         for key, runs in results.items()}
-    for (mode, conc), (tput, p50, p99) in sorted(med.items(), key=lambda kv: (kv[0][1], kv[0][0])):
-        print(f"  c={conc:<2} {mode:<7} {tput:8.0f} req/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms")
+    names = [name for name, _url, _bodies in contenders]
     for conc in args.concurrency:
-        d, g = med[("direct", conc)], med[("gateway", conc)]
-        print(f"  c={conc:<2} added latency: p50 {g[1] - d[1]:+.2f} ms  p99 {g[2] - d[2]:+.2f} ms")
-    for conc, values in sorted(gateway_cpu.items()):
-        print(f"  c={conc:<2} gateway CPU per request: {statistics.median(values):.2f} ms (user+system, one worker)")
-    print(f"  load average at start {load_before:.1f} on {os.cpu_count()} CPUs (shared machine: compare ratios)")
-    print(f"  contract rejection: {in_process_us:.0f} us of gateway time (in-process, median); "
-          f"{http_reject:.2f} ms round trip over HTTP (median)")
+        for name in names:
+            tput, p50, p99 = med[(name, conc)]
+            print(f"  c={conc:<2} {name:<16} {tput:8.0f} req/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms")
     for conc in args.concurrency:
-        d, g = med[("direct", conc)], med[("gateway", conc)]
-        print(f"throughput ratio gateway/direct c={conc}: {g[0] / d[0]:.2f}")
+        d = med[("direct", conc)]
+        for name in gateways:
+            g = med[(name, conc)]
+            print(f"  c={conc:<2} {name:<16} added latency: p50 {g[1] - d[1]:+.2f} ms  p99 {g[2] - d[2]:+.2f} ms  "
+                  f"CPU {statistics.median(cpu[(name, conc)]):.2f} ms/request (user+system, one worker)")
+    for name in gateways:
+        print(f"  {name:<16} contract rejection over HTTP: {reject[name]:.2f} ms round trip (median); the "
+              f"server's cheapest answer (404 unknown model) {floor[name]:.2f} ms: the rejection adds "
+              f"{reject[name] - floor[name]:+.2f} ms")
+    print(f"  contract rejection in-process (ASGI app, no HTTP): {in_process_us:.0f} us (median)")
+    for conc in args.concurrency:
+        for name in gateways:
+            print(f"throughput ratio {name}/direct c={conc}: {med[(name, conc)][0] / med[('direct', conc)][0]:.2f}")
 
 
 if __name__ == "__main__":

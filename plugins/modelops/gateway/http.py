@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import itertools
+import os
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 
@@ -14,6 +16,17 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 
 _JSON_ENCODE = msgspec.json.Encoder().encode
+_LINE_ENCODE = msgspec.json.Encoder(enc_hook=str).encode
+_ID_PREFIX = os.urandom(8).hex()  # per process: drawn again in a forked child
+_ID_COUNTER = itertools.count()
+
+
+def _reseed_ids() -> None:
+    global _ID_PREFIX, _ID_COUNTER
+    _ID_PREFIX, _ID_COUNTER = os.urandom(8).hex(), itertools.count()
+
+
+os.register_at_fork(after_in_child=_reseed_ids)
 
 
 class HTTPError(Exception):
@@ -33,6 +46,20 @@ def error(status: int, error: str, message: str, **extra: Any) -> HTTPError:
 def sampled(request_id: str, share: float) -> bool:
     digest = hashlib.blake2b(request_id.encode(), digest_size=8).digest()
     return int.from_bytes(digest, "big") / 2.0**64 < share
+
+
+def new_request_id() -> str:
+    """A request id for a request without ``X-Request-ID``: 32 hex digits, unique across processes.
+
+    64 random bits per process then a 64-bit counter: ~0.2 us, where ``uuid4().hex`` reads 16
+    bytes from the kernel for every request (~2 us).
+    """
+    return f"{_ID_PREFIX}{next(_ID_COUNTER):016x}"
+
+
+def json_line(document: Any) -> str:
+    """One JSON line (the access log): msgspec, anything it does not know as ``str``."""
+    return _LINE_ENCODE(document).decode()
 
 
 def headers_of(scope: Scope) -> dict[str, str]:
