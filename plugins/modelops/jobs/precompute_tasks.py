@@ -94,7 +94,7 @@ async def score_pairs(triton_url: str, champion: Champion, lookup: Any, pop: Pop
     """
     from modelops.gateway.inference import TritonHTTP
 
-    triton = TritonHTTP(triton_url, max_idle=concurrency)
+    triton = TritonHTTP(triton_url, max_idle=concurrency, connect_timeout_s=10.0)  # a batch may wait, not fail
     try:
         config = await triton.version_config(champion.model, champion.version)
         max_batch = int(config.get("max_batch_size", 0) or 0)
@@ -102,8 +102,8 @@ async def score_pairs(triton_url: str, champion: Champion, lookup: Any, pop: Pop
         gate = asyncio.Semaphore(concurrency)
 
         async def one(start: int, stop: int) -> None:
-            features = _pairs(lookup, pop, start, stop)
-            async with gate:
+            async with gate:  # features built under the gate: a batch's rows exist only while it is in flight
+                features = _pairs(lookup, pop, start, stop)
                 scores[start:stop] = await triton.infer_scores(champion.model, champion.version, features)
 
         await asyncio.gather(*(one(a, b) for a, b in row_ranges(pop.rows, batch_rows, max_batch)))
