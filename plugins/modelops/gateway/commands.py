@@ -30,6 +30,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     from modelops.config import settings
     from modelops.gateway.options import OPTIONS_ENV, GatewayOptions
+    from modelops.gateway.server import OneWriteHttpToolsProtocol
 
     cfg = settings()
     options = GatewayOptions(**{f.name: getattr(args, f.name) for f in fields(GatewayOptions)})
@@ -41,7 +42,7 @@ def _serve(args: argparse.Namespace) -> int:
         port=args.port or cfg.gateway_port,
         workers=args.workers or cfg.gateway_workers,
         loop="uvloop",
-        http="httptools",
+        http=OneWriteHttpToolsProtocol,  # httptools, a response's head and body in one write
         access_log=False,
         log_level="info",
         timeout_graceful_shutdown=10,
