@@ -154,3 +154,15 @@ def test_server_timing_lists_every_origin_in_milliseconds() -> None:
     assert value == ("gateway;dur=1.200, feature_lookup;dur=0.000, triton_queue;dur=250.000, "
                      "triton_compute;dur=1500.000")
     assert [entry.split(";")[0] for entry in value.split(", ")] == list(ORIGINS)
+
+
+def test_loop_lag_maximum_follows_expiry() -> None:
+    lag = LoopLag(window_s=1.0)
+    lag.add(100.0, 0.050)
+    lag.add(100.4, 0.010)
+    lag.add(100.8, 0.030)
+    assert lag.current(100.9) == pytest.approx(0.050)
+    assert lag.current(101.2) == pytest.approx(0.030)  # the 0.050 probe left the window
+    lag.add(101.3, 0.020)
+    assert lag.current(101.3) == pytest.approx(0.030)
+    assert lag.current(101.85) == pytest.approx(0.020)

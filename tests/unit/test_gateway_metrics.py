@@ -70,3 +70,14 @@ def test_route_weights_split_traffic_and_forget_unrouted_versions() -> None:
     }
     assert route_weights([Routes("rec", 8, canary, None, 0.0, "", "")]) == {
         (("model", "rec"), ("version", "4"), ("variant", "stable")): 1.0}
+
+
+def test_histogram_bucket_edges() -> None:
+    registry = Registry()
+    latency = registry.histogram("gw_edge_seconds", "Edges.")
+    for value in (0.0005, 0.00051, 0.0, float("nan"), 1e9):
+        latency.observe((), value)
+    text = registry.render()
+    assert 'gw_edge_seconds_bucket{le="0.0005"} 2' in text  # a value on a bound counts in that bucket
+    assert 'gw_edge_seconds_bucket{le="0.001"} 3' in text
+    assert 'gw_edge_seconds_bucket{le="+Inf"} 5' in text  # NaN and above every bound: +Inf only

@@ -29,6 +29,7 @@ import numpy.typing as npt
 
 from modelops.config import Settings, settings
 from modelops.features import feature_names, load_features
+from modelops.gateway.accesslog import BufferedLineHandler
 from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
 from modelops.gateway.delay import LoopLag, RequestTiming, TritonDelays, origin
 from modelops.gateway.eventlog import (
@@ -485,8 +486,14 @@ def create_app(cfg: Settings | None = None, options: GatewayOptions | None = Non
     """The ASGI app (uvicorn factory): settings from the environment, options from ``serve``.
 
     Each uvicorn worker process calls this, so logging (one JSON line per request on
-    stdout) is set up here rather than in the ``serve`` command.
+    stdout, written in batches: modelops.gateway.accesslog) is set up here rather than in
+    the ``serve`` command.
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stdout)
+        if not access_log.handlers:
+            buffered = BufferedLineHandler(sys.stdout)
+            buffered.setFormatter(logging.Formatter("%(message)s"))
+            access_log.addHandler(buffered)
+            access_log.propagate = False
     return Gateway(cfg or settings(), options or GatewayOptions.from_env())

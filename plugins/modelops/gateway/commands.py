@@ -44,6 +44,7 @@ def _serve(args: argparse.Namespace) -> int:
         loop="uvloop",
         http=OneWriteHttpToolsProtocol,  # httptools, a response's head and body in one write
         access_log=False,
+        proxy_headers=False,  # the gateway never reads the client address: no X-Forwarded-* middleware per request
         log_level="info",
         timeout_graceful_shutdown=10,
     )

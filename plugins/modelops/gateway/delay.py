@@ -120,18 +120,26 @@ class LoopLag:
     def __init__(self, window_s: float = 1.0) -> None:
         self.window_s = window_s
         self._samples: deque[tuple[float, float]] = deque()
+        self._max: float | None = 0.0  # the samples' largest lag; None: to be recomputed
 
     def add(self, now: float, lag_s: float) -> None:
-        self._samples.append((now, max(0.0, lag_s)))
+        lag = max(0.0, lag_s)
+        self._samples.append((now, lag))
+        if self._max is not None:
+            self._max = max(self._max, lag)
         self._expire(now)
 
     def _expire(self, now: float) -> None:
         while self._samples and self._samples[0][0] < now - self.window_s:
             self._samples.popleft()
+            self._max = None
 
     def current(self, now: float) -> float:
+        """Called for every request: the maximum is kept, recomputed only after samples expired."""
         self._expire(now)
-        return max((lag for _at, lag in self._samples), default=0.0)
+        if self._max is None:
+            self._max = max((lag for _at, lag in self._samples), default=0.0)
+        return self._max
 
 
 def split(total_s: float, features_s: float, triton_wall_s: float, share: TritonShare | None,

@@ -10,6 +10,7 @@ below the threshold long enough, once per episode.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections import deque
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
@@ -81,12 +82,8 @@ class HistogramFamily:
         if counts is None:
             counts = self.counts[labels] = [0] * (len(self.buckets) + 1)
             self.sums[labels] = 0.0
-        for index, bound in enumerate(self.buckets):
-            if value <= bound:
-                counts[index] += 1
-                break
-        else:
-            counts[-1] += 1
+        # the first bucket with value <= bound; +Inf (the last) above every bound, and for NaN
+        counts[bisect_left(self.buckets, value) if value == value else len(self.buckets)] += 1
         self.sums[labels] += value
 
     def render(self) -> Iterable[str]:

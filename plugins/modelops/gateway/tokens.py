@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import hmac
 import json
 import os
@@ -64,7 +63,7 @@ def issue_token(secret: bytes, claims: TokenClaims) -> str:
         separators=(",", ":"),
     ).encode()
     body = _b64(payload)
-    signature = hmac.new(secret, body.encode("ascii"), hashlib.sha256).digest()
+    signature = hmac.digest(secret, body.encode("ascii"), "sha256")  # one-shot: no HMAC object per token
     return f"{body}.{_b64(signature)}"
 
 
@@ -79,7 +78,7 @@ def verify_token(secret: bytes, token: str, *, now: float, ttl_s: float = TOKEN_
     if not dot or not body or not signature:
         raise TokenInvalid("feedback_token: not a token (expected <claims>.<signature>)")
     try:
-        expected = hmac.new(secret, body.encode("ascii"), hashlib.sha256).digest()
+        expected = hmac.digest(secret, body.encode("ascii"), "sha256")
         given = _unb64(signature)
     except (UnicodeEncodeError, binascii.Error, ValueError) as exc:
         raise TokenInvalid("feedback_token: not a token (bad encoding)") from exc
