@@ -19,7 +19,6 @@ from __future__ import annotations
 import hashlib
 import io
 import logging
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
@@ -215,10 +214,3 @@ class PrecomputedScores:
         if self.m_age is not None:
             self.m_age.values = {(("model", m), ("version", str(v))): s.manifest.age_s(now)
                                  for (m, v, _sha), s in self.loaded.items()}
-
-    def status(self, now: float | None = None) -> list[dict[str, object]]:
-        """What is loaded (for ``/healthz``)."""
-        now = time.time() if now is None else now
-        return [{"model": m, "version": v, "snapshot": s.manifest.snapshot, "rows": s.manifest.rows,
-                 "age_s": round(s.manifest.age_s(now), 1), "feature_snapshot": s.manifest.feature_snapshot}
-                for (m, v, _sha), s in sorted(self.loaded.items())]
