@@ -253,8 +253,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\nabsolute error of the job's D vs the exact D, per column:")
     for i in range(0, len(columns), 4):
         print("  " + "  ".join(f"{c:>30} {errors[c]:.1e}" for c in columns[i:i + 4]))
-    print(f"max abs error {max(errors.values()):.2e} ({max(errors, key=errors.__getitem__)}); "
-          f"columns refined in a second pass: {len(result.refined_columns)}")  # type: ignore[attr-defined]
+    print(f"max abs error {max(errors.values()):.2e} ({max(errors, key=errors.__getitem__)})")
     print(f"drifted: {summary.drifted}, top causes: {list(summary.top_causes)} (injected: {list(DRIFTED)})")
     if times["duckdb"]:
         print(f"duckdb max abs difference vs numpy exact: {worst_duck:.1e}")

@@ -1,20 +1,16 @@
-"""The nightly drift job: Spark aggregates columnar batches, numpy finishes.
+"""The nightly drift job: the exact two-sample KS statistic per column, in one scan and one shuffle.
 
-Passes over the two scored-samples logs (baseline and current, unioned into one scan):
+1. row counts (Parquet footers for object-store inputs, else a Spark count), and when a side has
+   more than ``max_rows`` rows a deterministic uniform sample of exactly that size (rows whose
+   seeded hash is among the ``max_rows`` smallest);
+2. one Spark job over both sides (unioned into one scan): ``mapInArrow`` turns every Arrow batch
+   of the wide scored samples into one binary block per (column, side)
+   (:func:`modelops.drift.exact.column_blocks`), the blocks are shuffled by column, and
+   ``applyInArrow`` sorts each side of a column once and computes its exact D, moments and
+   ECDF curve points (:func:`modelops.drift.exact.column_statistics`).
 
-1. row counts (Parquet footers), and when a side has more than ``max_rows`` rows a
-   deterministic uniform sample of exactly that size (rows whose seeded hash is among
-   the ``max_rows`` smallest);
-2. a small seeded sample of both sides, collected to build each column's grid
-   (:func:`modelops.drift.stats.grid_edges`);
-3. ``mapInArrow``: every Arrow batch is reduced with numpy to per-column cumulative
-   counts on the grid plus moments; one small record per (partition, side, column)
-   comes back and is summed on the driver;
-4. only for columns whose bracket is wider than the tolerance (or straddles the
-   threshold): a second ``mapInArrow`` over just those columns returns the values
-   strictly inside the few candidate bins, which resolves D exactly there.
-
-Rows are never collected to the driver: only samples, histograms and bin contents.
+Rows are never collected to the driver, only one small record per column; the work spreads
+over as many tasks as there are columns, so the job scales out on a cluster.
 """
 
 from __future__ import annotations
@@ -25,19 +21,12 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote, urlparse
 
 import numpy as np
 
-from modelops.drift import stats
-from modelops.drift.stats import (
-    SCORE_COLUMN,
-    ColumnDrift,
-    DriftSummary,
-    FloatArray,
-    IntArray,
-    Moments,
-    Partial,
-)
+from modelops.drift import exact, stats
+from modelops.drift.stats import SCORE_COLUMN, ColumnDrift, DriftSummary, FloatArray, Moments
 from modelops.errors import ContractError, ModelopsError
 from modelops.features import Feature, load_features
 
@@ -48,30 +37,28 @@ if TYPE_CHECKING:
 SIDES = ("baseline", "current")
 _SIDE = "_modelops_side"
 _KEY_COLUMNS = ("request_id", "item_index")
+MAX_ROWS_LIMIT = 100_000_000
+"""Largest ``max_rows``: one column of one side (8 bytes a value) must fit one Arrow batch (< 2 GiB)."""
 
 
 @dataclass(frozen=True)
 class JobOptions:
-    """Tuning of the drift job; the defaults keep |D - exact| <= 5e-4 at ~1 pass of numpy cost.
+    """Tuning of the drift job (the statistic is exact whatever the values).
 
     Attributes:
-        grid_edges: most edges per column (bins hold ~1/grid_edges of the rows each).
-        grid_sample: rows per side sampled to place the edges.
-        tolerance: largest accepted gap between the reported D and the exact statistic.
-        seed: seed of both samples (the ``max_rows`` sample and the grid sample).
-        batch_rows: Arrow batch size handed to the Python workers.
-        max_refine_values: cap on the values fetched to resolve candidate bins (all columns).
-        split_bytes: Parquet bytes per Spark partition (fewer, larger partitions mean fewer
-            per-partition histograms to sum on the driver).
+        curve_points: about how many points each column's ECDF curve keeps for the report.
+        seed: seed of the ``max_rows`` sample.
+        batch_rows: Arrow batch size handed to the Python workers (rows of the wide input).
+        split_bytes: Parquet bytes per Spark partition of the scan.
+        column_tasks: tasks the columns are spread over after the shuffle (None: four per
+            core of the cluster, at most one per column).
     """
 
-    grid_edges: int = 4096
-    grid_sample: int = 32_768
-    tolerance: float = 5e-4
+    curve_points: int = 4096
     seed: int = 20_240_601
     batch_rows: int = 65_536
-    max_refine_values: int = 20_000_000
     split_bytes: int = 256 * 1024 * 1024
+    column_tasks: int | None = None
 
 
 @dataclass(frozen=True)
@@ -89,9 +76,8 @@ class DriftComputation:
 
     summary: DriftSummary
     curves: Mapping[str, Curve] = field(default_factory=dict)
-    refined_columns: tuple[str, ...] = ()
     timings: Mapping[str, float] = field(default_factory=dict)
-    """Seconds per phase (count, sample, grid, histogram, refine, finish)."""
+    """Seconds per phase (count, sample, statistics, finish)."""
 
 
 @dataclass(frozen=True)
@@ -112,17 +98,33 @@ class DriftResult:
 # --------------------------------------------------------------------------------------------
 
 
-def _read(spark: SparkSession, path: str, columns: Sequence[str], side: str) -> tuple[DataFrame, int | None]:
-    """The side's frame (keys + columns as doubles) and, from an object store, its rows (Parquet footers).
+@dataclass
+class _Side:
+    df: DataFrame
+    """Keys and columns (as doubles), for the sampled path."""
+    rows: int
+    source: exact.Source | None
+    """Its Parquet files when the executors can open them without Spark (local or object store)."""
 
-    ``s3://`` locations are read by the executors (:mod:`modelops.spark_store`); local ones by Spark.
+
+def _local_source(df: DataFrame) -> exact.Source | None:
+    files = df.inputFiles()
+    if not files or not all(f.startswith("file:") for f in files):
+        return None
+    return exact.Source(tuple(sorted(unquote(urlparse(f).path) for f in files)), store=False)
+
+
+def _read(spark: SparkSession, path: str, columns: Sequence[str], side: str) -> _Side:
+    """The side's frame, rows (Parquet footers, read on the driver) and files.
+
+    ``s3://`` locations are read by the executors (:mod:`modelops.spark_store`); others by Spark.
     """
+    import pyarrow.parquet as pq
     from pyspark.errors import AnalysisException
     from pyspark.sql import functions as F
 
     from modelops import spark_store
 
-    rows: int | None = None
     if spark_store.is_store_uri(path):
         try:
             objects = spark_store.list_parquet([path], f"drift: {side} scored samples")
@@ -147,7 +149,11 @@ def _read(spark: SparkSession, path: str, columns: Sequence[str], side: str) -> 
     if spark_store.is_store_uri(path):
         df = spark_store.read_frame(spark, objects, [*keys, *columns])
         rows = spark_store.count_rows(objects)
-    return df.select(*keys, *(F.col(c).cast("double").alias(c) for c in columns)), rows
+        source: exact.Source | None = exact.Source(objects.paths, store=True)
+    else:
+        source = _local_source(df)
+        rows = df.count() if source is None else sum(pq.read_metadata(p).num_rows for p in source.paths)
+    return _Side(df.select(*keys, *(F.col(c).cast("double").alias(c) for c in columns)), rows, source)
 
 
 def _sample_key(df: DataFrame, columns: Sequence[str], seed: int) -> Column:
@@ -180,109 +186,6 @@ def _limit_rows(df: DataFrame, max_rows: int, columns: Sequence[str], seed: int)
 
 
 # --------------------------------------------------------------------------------------------
-# Python-worker functions (run inside mapInArrow; numpy only)
-# --------------------------------------------------------------------------------------------
-
-
-def _split_sides(batch: pa.RecordBatch) -> Iterator[tuple[int, pa.RecordBatch]]:
-    import pyarrow.compute as pc
-
-    side = batch.column(0)
-    lo, hi = pc.min_max(side).values()
-    if lo.as_py() == hi.as_py():
-        yield int(lo.as_py()), batch
-        return
-    for value in (0, 1):
-        part = batch.filter(pc.equal(side, value))
-        if part.num_rows:
-            yield value, part
-
-
-def _column_values(batch: pa.RecordBatch, index: int) -> FloatArray:
-    values: FloatArray = np.asarray(batch.column(index).to_numpy(zero_copy_only=False), dtype=np.float64)
-    return values
-
-
-_PARTIAL_FIELDS = ("side", "col", "rows", "count", "mean", "m2", "right", "left")
-
-
-def _partial_schema() -> str:
-    return "side int, col int, rows long, count long, mean double, m2 double, right binary, left binary"
-
-
-def _count_dtype(count: int) -> type[np.signedinteger[Any]]:
-    return np.int32 if count < 2**31 else np.int64
-
-
-def _pack(counts: IntArray, count: int) -> bytes:
-    """Cumulative counts as bytes: int32 unless the partition holds 2^31 values or more."""
-    return counts.astype(_count_dtype(count)).tobytes()
-
-
-def _unpack(raw: bytes, count: int) -> IntArray:
-    return np.frombuffer(raw, dtype=_count_dtype(count)).astype(np.int64)
-
-
-def _histogram_task(
-    edges: Sequence[FloatArray], batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    import pyarrow as pa
-
-    acc: dict[tuple[int, int], Partial] = {}
-    for batch in batches:
-        for side, part in _split_sides(batch):
-            for col, col_edges in enumerate(edges):
-                partial = stats.batch_partial(_column_values(part, col + 1), col_edges)
-                key = (side, col)
-                acc[key] = acc[key].merge(partial) if key in acc else partial
-    if not acc:
-        return
-    keys = sorted(acc)
-    rows = [acc[k] for k in keys]
-    yield pa.RecordBatch.from_arrays(
-        [
-            pa.array([k[0] for k in keys], pa.int32()),
-            pa.array([k[1] for k in keys], pa.int32()),
-            pa.array([p.moments.rows for p in rows], pa.int64()),
-            pa.array([p.moments.count for p in rows], pa.int64()),
-            pa.array([p.moments.mean for p in rows], pa.float64()),
-            pa.array([p.moments.m2 for p in rows], pa.float64()),
-            pa.array([_pack(p.right, p.moments.count) for p in rows], pa.binary()),
-            pa.array([_pack(p.left, p.moments.count) for p in rows], pa.binary()),
-        ],
-        names=list(_PARTIAL_FIELDS),
-    )
-
-
-def _refine_task(
-    plan: Sequence[tuple[int, FloatArray, IntArray]], batches: Iterator[pa.RecordBatch]
-) -> Iterator[pa.RecordBatch]:
-    """Per (side, column, bin): the values strictly inside the bin, as float64 bytes."""
-    import pyarrow as pa
-
-    out: dict[tuple[int, int, int], list[FloatArray]] = {}
-    for batch in batches:
-        for side, part in _split_sides(batch):
-            for position, (col, col_edges, bins) in enumerate(plan):
-                values = _column_values(part, position + 1)
-                inside_bins = stats.interior_values(values, col_edges, bins)
-                for j, inside in zip(bins.tolist(), inside_bins, strict=True):
-                    if inside.size:
-                        out.setdefault((side, col, j), []).append(inside)
-    keys = sorted(out)
-    if keys:
-        yield pa.RecordBatch.from_arrays(
-            [
-                pa.array([k[0] for k in keys], pa.int32()),
-                pa.array([k[1] for k in keys], pa.int32()),
-                pa.array([k[2] for k in keys], pa.int32()),
-                pa.array([np.concatenate(out[k]).tobytes() for k in keys], pa.binary()),
-            ],
-            names=["side", "col", "bin", "values"],
-        )
-
-
-# --------------------------------------------------------------------------------------------
 # the job
 # --------------------------------------------------------------------------------------------
 
@@ -294,65 +197,43 @@ def _union(frames: Sequence[DataFrame], columns: Sequence[str]) -> DataFrame:
     return parts[0].unionAll(parts[1])
 
 
-def _grid(
-    frames: Sequence[DataFrame], rows: Sequence[int], columns: Sequence[str], opts: JobOptions
-) -> list[FloatArray]:
-    """Edges per column from one seeded sample of both sides (one Spark job)."""
-    picked = []
-    for df, n in zip(frames, rows, strict=True):
-        fraction = min(1.0, 1.2 * opts.grid_sample / max(n, 1))
-        picked.append(df if fraction >= 1.0 else df.sample(False, fraction, opts.seed))
-    table = _union(picked, columns).toArrow()
-    side = table.column(_SIDE).to_numpy()
-    masks = [side == s for s in (0, 1)]
-    edges = []
-    for name in columns:
-        values = np.asarray(table.column(name).to_numpy(zero_copy_only=False), dtype=np.float64)
-        pooled = np.concatenate([values[mask][: opts.grid_sample] for mask in masks])
-        edges.append(stats.grid_edges(pooled, opts.grid_edges))
-    return edges
+def _column_tasks(spark: SparkSession, columns: int, opts: JobOptions) -> int:
+    if opts.column_tasks is not None:
+        return max(1, min(opts.column_tasks, columns))
+    return max(1, min(columns, 4 * spark.sparkContext.defaultParallelism))
 
 
-def _histograms(
-    union: DataFrame, columns: Sequence[str], edges: Sequence[FloatArray]
-) -> dict[tuple[int, int], Partial]:
-    task: Callable[[Iterator[Any]], Iterator[Any]] = functools.partial(_histogram_task, list(edges))
-    table = union.select(_SIDE, *columns).mapInArrow(task, _partial_schema()).toArrow()
-    merged: dict[tuple[int, int], Partial] = {}
-    for row in table.to_pylist():
-        key = (int(row["side"]), int(row["col"]))
-        partial = Partial(
-            Moments(int(row["rows"]), int(row["count"]), float(row["mean"]), float(row["m2"])),
-            _unpack(row["right"], int(row["count"])),
-            _unpack(row["left"], int(row["count"])),
-        )
-        merged[key] = merged[key].merge(partial) if key in merged else partial
-    return merged
+def _direct_statistics(
+    spark: SparkSession, sources: tuple[exact.Source, exact.Source], columns: Sequence[str], opts: JobOptions
+) -> list[dict[str, Any]]:
+    """No shuffle: the columns are dealt over tasks that read them from both sides' files."""
+    tasks = _column_tasks(spark, len(columns), opts)
+    ids = spark.createDataFrame(spark.sparkContext.parallelize([(c,) for c in range(len(columns))], tasks),
+                                "col int")
+    task: Callable[[Iterator[Any]], Iterator[Any]] = functools.partial(
+        exact.columns_task, sources, list(columns), opts.curve_points)
+    rows: list[dict[str, Any]] = ids.mapInArrow(task, exact.RESULT_SCHEMA).toArrow().to_pylist()
+    return rows
 
 
-def _refine(
-    union: DataFrame, columns: Sequence[str], edges: Sequence[FloatArray],
-    plan: Mapping[int, IntArray],
-) -> dict[tuple[int, int], tuple[list[FloatArray], list[FloatArray]]]:
-    ordered = sorted(plan)
-    steps = [(col, edges[col], plan[col]) for col in ordered]
-    task: Callable[[Iterator[Any]], Iterator[Any]] = functools.partial(_refine_task, steps)
-    names = [columns[col] for col in ordered]
-    table = union.select(_SIDE, *names).mapInArrow(
-        task, "side int, col int, bin int, values binary").toArrow()
-    found: dict[tuple[int, int], tuple[list[FloatArray], list[FloatArray]]] = {}
-    for row in table.to_pylist():
-        key = (int(row["col"]), int(row["bin"]))
-        values = np.frombuffer(row["values"], dtype=np.float64)
-        found.setdefault(key, ([], []))[int(row["side"])].append(values)
-    return found
+def _shuffled_statistics(union: DataFrame, opts: JobOptions) -> list[dict[str, Any]]:
+    """One scan and one shuffle: column blocks grouped by column, one result row per column."""
+    from pyspark.sql import functions as F
+
+    blocks = union.mapInArrow(exact.column_blocks, exact.BLOCK_SCHEMA)
+    points = opts.curve_points
+    # a lambda, not functools.partial: applyInArrow inspects the function's signature
+    task: Callable[[pa.Table], pa.Table] = lambda table: exact.column_statistics(points, table)  # noqa: E731
+    rows: list[dict[str, Any]] = blocks.groupBy(F.col("col")).applyInArrow(
+        task, exact.RESULT_SCHEMA).toArrow().to_pylist()
+    return rows
 
 
 def compute_drift(
     spark: SparkSession, baseline: str, current: str, features: Sequence[Feature], *,
     threshold: float = 0.05, max_rows: int = 1_000_000, options: JobOptions | None = None,
 ) -> DriftComputation:
-    """Compare the current scored samples with the baseline, column by column.
+    """Compare the current scored samples with the baseline, column by column (exact KS).
 
     Args:
         spark: the session to run on.
@@ -360,7 +241,8 @@ def compute_drift(
         current: the same for the current period.
         features: the feature metadata (every feature must be a column of both inputs).
         threshold: D above which a column drifts unless its feature sets ``drift_threshold``.
-        max_rows: a side with more rows is reduced to a seeded uniform sample of this size.
+        max_rows: a side with more rows is reduced to a seeded uniform sample of this size
+            (at most ``MAX_ROWS_LIMIT``: one column of one side travels as one Arrow batch).
         options: tuning; see :class:`JobOptions`.
 
     Raises:
@@ -369,13 +251,13 @@ def compute_drift(
     """
     opts = options or JobOptions()
     clock = _Clock()
-    if max_rows < 1:
-        raise ValueError("max_rows must be >= 1")
+    if not 1 <= max_rows <= MAX_ROWS_LIMIT:
+        raise ValueError(f"max_rows must be between 1 and {MAX_ROWS_LIMIT:,} (got {max_rows}), e.g. 1_000_000")
     columns = [SCORE_COLUMN, *(f.name for f in features)]
     paths = (baseline, current)
     read = [_read(spark, path, columns, side) for path, side in zip(paths, SIDES, strict=True)]
-    frames = [df for df, _ in read]
-    rows = [df.count() if known is None else known for df, known in read]
+    frames = [side.df for side in read]
+    rows = [side.rows for side in read]
     clock.lap("count")
     for side, n, path in zip(SIDES, rows, paths, strict=True):
         if n == 0:
@@ -389,43 +271,34 @@ def compute_drift(
     with _session_conf(spark, {
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(opts.batch_rows),
         "spark.sql.files.maxPartitionBytes": str(opts.split_bytes),
+        "spark.sql.shuffle.partitions": str(_column_tasks(spark, len(columns), opts)),
+        "spark.sql.adaptive.coalescePartitions.enabled": "false",
     }):
-        edges = _grid(frames, rows, columns, opts)
-        clock.lap("grid")
-        union = _union(frames, columns)
-        partials = _histograms(union, columns, edges)
-        clock.lap("histogram")
-        pairs = [
-            (partials.get((0, c)) or _empty_like(edges[c], rows[0]),
-             partials.get((1, c)) or _empty_like(edges[c], rows[1]))
-            for c in range(len(columns))
-        ]
-        thresholds = [threshold, *(f.drift_threshold or threshold for f in features)]
-        grids = {c: stats.ks_on_grid(b, k) for c, (b, k) in enumerate(pairs) if b.moments.count and k.moments.count}
-        plan = stats.plan_refinement(grids, pairs, thresholds, opts.tolerance, opts.max_refine_values)
-        found = _refine(union, columns, edges, plan) if plan else {}
-        clock.lap("refine")
+        base_source, cur_source = read[0].source, read[1].source
+        if sampled or base_source is None or cur_source is None:
+            computed = _shuffled_statistics(_union(frames, columns), opts)
+        else:
+            computed = _direct_statistics(spark, (base_source, cur_source), columns, opts)
+        found = {int(r["col"]): r for r in computed}
+    clock.lap("statistics")
 
+    thresholds = [threshold, *(f.drift_threshold or threshold for f in features)]
     results: list[ColumnDrift] = []
     curves: dict[str, Curve] = {}
     for c, name in enumerate(columns):
-        base, cur = pairs[c]
-        ks: float | None = None
-        bound = 0.0
-        if c in grids:
-            resolved = {int(j): found.get((c, int(j)), ([], [])) for j in plan.get(c, np.empty(0, np.int64))}
-            ks, upper = stats.refine_ks(grids[c], base, cur, resolved)
-            bound = upper - ks
-            curves[name] = Curve(edges[c], base.right / base.moments.count, cur.right / cur.moments.count)
+        r = found[c]
+        base, cur = (Moments(r[f"rows_{s}"], r[f"count_{s}"], r[f"mean_{s}"], r[f"m2_{s}"]) for s in (0, 1))
+        ks: float | None = r["ks"]
+        if ks is not None:
+            curves[name] = Curve(*(np.frombuffer(r[k], dtype=np.float64) for k in ("x", "ecdf_0", "ecdf_1")))
         feature = features[c - 1] if c else None
         results.append(stats.column_drift(
-            name, ks, base.moments, cur.moments, threshold=thresholds[c],
-            sensitivity=None if feature is None else feature.drift_sensitivity, error_bound=bound,
+            name, ks, base, cur, threshold=thresholds[c],
+            sensitivity=None if feature is None else feature.drift_sensitivity,
         ))
     summary = DriftSummary(rows[0], rows[1], sampled, threshold, results[0], tuple(results[1:]))
-    refined = tuple(columns[c] for c in sorted(plan))
     clock.lap("finish")
-    return DriftComputation(summary, curves, refined, clock.laps)
+    return DriftComputation(summary, curves, clock.laps)
 
 
 @contextlib.contextmanager
@@ -453,11 +326,6 @@ class _Clock:
         now = time.perf_counter()
         self.laps[name] = self.laps.get(name, 0.0) + now - self._last
         self._last = now
-
-
-def _empty_like(edges: FloatArray, rows: int) -> Partial:
-    zeros = np.zeros(edges.size, np.int64)
-    return Partial(Moments(rows, 0, 0.0, 0.0), zeros, zeros.copy())
 
 
 def run_drift(

@@ -306,8 +306,11 @@ def exact_ks(a: FloatArray, b: FloatArray) -> float:
     sorted ``a`` (a tie's earlier copies under-count, its last copy is exact), and
     ``sup(Fb - Fa)`` the same with the sides swapped.
     """
-    a = np.sort(a[~np.isnan(a)])
-    b = np.sort(b[~np.isnan(b)])
+    return sorted_ks(np.sort(a[~np.isnan(a)]), np.sort(b[~np.isnan(b)]))
+
+
+def sorted_ks(a: FloatArray, b: FloatArray) -> float:
+    """The exact two-sample KS statistic of two sorted samples without missing values."""
     if a.size == 0 or b.size == 0:
         raise ValueError("both samples need at least one non-missing value")
     n, m = a.size, b.size
