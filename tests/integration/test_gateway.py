@@ -349,15 +349,17 @@ def test_prediction_and_scored_sample_logs_reach_the_store(gateway: GatewayProce
         assert predict(gateway, MODEL, good_body(n=3), **{"X-Request-ID": request_id}).status_code == 200
     deadline = time.monotonic() + 30
     rows: list[dict[str, Any]] = []
-    samples: list[dict[str, Any]] = []
-    while time.monotonic() < deadline:  # the two logs seal and upload independently
+    while time.monotonic() < deadline:
         rows = _log_rows(object_store, LOG_PREFIXES["predictions"], "request_id", ids)
-        samples = _log_rows(object_store, LOG_PREFIXES["scored_samples"], "request_id", ids)
-        if len(rows) == len(ids) and len(samples) >= 3 * len(ids):
+        if len(rows) == len(ids):
             break
         time.sleep(1)
     assert {r["request_id"] for r in rows} == ids
     assert all(r["n_items"] == 3 and r["model"] == MODEL and r["feedback_token"] for r in rows)
+    samples = _log_rows(object_store, LOG_PREFIXES["scored_samples"], "request_id", ids)
+    while len(samples) < 3 * len(ids) and time.monotonic() < deadline:  # sealed and uploaded on their own
+        time.sleep(1)
+        samples = _log_rows(object_store, LOG_PREFIXES["scored_samples"], "request_id", ids)
     assert len(samples) == 3 * len(ids)
     assert all(r["user_age_days"] is not None for r in samples)
 
