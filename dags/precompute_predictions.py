@@ -6,7 +6,8 @@ Triton version of its routes document — score every user x item of the served 
 versioned snapshot to the object store: ``precomputed/<model>/v=<version>/<interval>/`` with the
 scores first and the manifest (version, sha256, created_at, rows, feature snapshot) last. The
 gateway answers from it while that version is the one it routes a user to and the snapshot is
-fresh (``MODELOPS_PRECOMPUTED_MAX_AGE_S``). Re-running an interval rewrites its snapshot.
+fresh (``MODELOPS_PRECOMPUTED_MAX_AGE_S``). Re-running an interval rewrites its snapshot; snapshots
+beyond the newest ``keep`` of each version are deleted.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from airflow.sdk import Param, dag, get_current_context, task
         "max_items": Param(0, type="integer", minimum=0, description="Candidate items to score (0: all)."),
         "batch_rows": Param(4096, type="integer", minimum=1,
                             description="Pairs per Triton call (at most the model's max_batch_size)."),
+        "keep": Param(3, type="integer", minimum=1, description="Snapshots kept per version (older ones deleted)."),
     },
     doc_md=__doc__,
 )
@@ -51,7 +53,8 @@ def precompute_predictions() -> None:
         context = get_current_context()
         params = context["params"]
         return precompute(Champion(**champion), interval_start(context), max_users=int(params["max_users"]),
-                          max_items=int(params["max_items"]), batch_rows=int(params["batch_rows"]))
+                          max_items=int(params["max_items"]), batch_rows=int(params["batch_rows"]),
+                          keep=int(params["keep"]))
 
     score_snapshot.expand(champion=resolve_champions())
 

@@ -23,6 +23,7 @@ from modelops.serving.precompute import (
     parse_manifest,
     parse_manifest_key,
     population,
+    prunable,
     row_ranges,
     scores_key,
     serialize_manifest,
@@ -136,3 +137,13 @@ def test_loaded_scores_answer_only_when_every_item_is_present() -> None:
     pq.write_table(duplicated, sink)
     with pytest.raises(ContractError, match="appears more than once"):
         LoadedScores.from_parquet(manifest(), sink.getvalue())
+
+
+def test_pruning_keeps_the_newest_snapshots_of_each_version() -> None:
+    keys = [manifest_key("recommender", v, f"2026120{d}T060000Z") for v in (3, 4) for d in range(1, 6)]
+    keys += [scores_key("recommender", 3, "20261101T060000Z")]  # scores without a manifest: not a snapshot
+    assert prunable(keys, 3) == [("recommender", 3, "20261202T060000Z"), ("recommender", 3, "20261201T060000Z"),
+                                 ("recommender", 4, "20261202T060000Z"), ("recommender", 4, "20261201T060000Z")]
+    assert prunable(keys[:2], 3) == []
+    with pytest.raises(ContractError, match="keep=0: must be >= 1"):
+        prunable(keys, 0)

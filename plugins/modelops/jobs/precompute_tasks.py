@@ -29,7 +29,9 @@ from modelops.serving.precompute import (
     Manifest,
     Population,
     manifest_key,
+    model_prefix,
     population,
+    prunable,
     row_ranges,
     scores_key,
     serialize_manifest,
@@ -145,12 +147,25 @@ def publish_snapshot(store: ObjectStore, champion: Champion, snapshot: str, feat
     return manifest
 
 
+def prune(store: ObjectStore, model: str, keep: int) -> int:
+    """Delete a model's snapshots beyond the newest ``keep`` per version; returns how many went.
+
+    The manifest goes first, so a reader never finds a manifest whose scores are gone.
+    """
+    old = prunable(store.list_keys(model_prefix(model)), keep)
+    for name, version, snapshot in old:
+        store.delete(manifest_key(name, version, snapshot))
+        store.delete(scores_key(name, version, snapshot))
+    return len(old)
+
+
 def precompute(champion: Champion, interval_start: datetime, *, store: ObjectStore | None = None,
                triton_url: str | None = None, max_users: int = 0, max_items: int = 0, batch_rows: int = 4096,
-               concurrency: int = 4) -> dict[str, Any]:
+               concurrency: int = 4, keep: int = 3) -> dict[str, Any]:
     """Score the served feature snapshot's users x items with ``champion`` and publish the snapshot.
 
     Idempotent per interval: the snapshot is named by ``interval_start``, so a re-run rewrites it.
+    Afterwards the model's snapshots beyond the newest ``keep`` of each version are deleted.
     Returns a small summary (the manifest's location, version, rows, seconds).
 
     Raises:
@@ -176,12 +191,13 @@ def precompute(champion: Champion, interval_start: datetime, *, store: ObjectSto
         raise ServingError(f"precompute {champion.model} v{champion.version}: {exc}") from exc
     scored_s = time.perf_counter() - started
     manifest = publish_snapshot(store, champion, snapshot, feature_snapshot, pop, scores, datetime.now(UTC))
+    pruned = prune(store, champion.model, keep)
     took = time.perf_counter() - started
     log.info("precomputed %s v%d: %d rows (%d users x %d items) in %.1f s (%.0f rows/s scoring)",
              champion.model, champion.version, pop.rows, len(pop.user_ids), len(pop.item_ids), took,
              pop.rows / max(scored_s, 1e-9))
     return {"model": champion.model, "version": champion.version, "snapshot": snapshot, "rows": pop.rows,
-            "created_at": manifest.created_at, "feature_snapshot": feature_snapshot,
+            "created_at": manifest.created_at, "feature_snapshot": feature_snapshot, "pruned": pruned,
             "manifest": store.uri(manifest_key(champion.model, champion.version, snapshot)),
             "seconds": round(took, 3)}
 

@@ -259,3 +259,22 @@ def row_ranges(rows: int, batch_rows: int, max_batch: int) -> list[tuple[int, in
         raise ContractError(f"batch_rows={batch_rows}: must be >= 1 (example: 4096)")
     limit = min(batch_rows, max_batch) if max_batch > 0 else batch_rows
     return [(start, min(rows, start + limit)) for start in range(0, rows, limit)]
+
+
+def prunable(keys: Iterable[str], keep: int) -> list[tuple[str, int, str]]:
+    """``(model, version, snapshot)`` of the snapshots beyond the newest ``keep`` of each version (by name).
+
+    Only snapshots with a manifest count; the newest ones (those a gateway may serve) are never listed.
+
+    Raises:
+        ContractError: ``keep`` < 1.
+    """
+    if keep < 1:
+        raise ContractError(f"keep={keep}: must be >= 1 (example: 3)")
+    by_version: dict[tuple[str, int], list[str]] = {}
+    for key in keys:
+        parsed = parse_manifest_key(key)
+        if parsed is not None:
+            by_version.setdefault(parsed[:2], []).append(parsed[2])
+    return [(model, version, snapshot) for (model, version), names in sorted(by_version.items())
+            for snapshot in sorted(names, reverse=True)[keep:]]
