@@ -78,13 +78,11 @@ def interval_start(context: Any) -> datetime:
     return datetime.fromtimestamp(start.timestamp(), UTC)
 
 
-def _pairs(lookup: Any, pop: Population, start: int, stop: int) -> npt.NDArray[np.float32]:
-    """Feature rows ``[start, stop)`` of the user-major pairs (user k, item j) -> row k * n_items + j."""
-    n_items = len(pop.item_ids)
+def _pairs(lookup: Any, users: npt.NDArray[Any], items: npt.NDArray[Any], start: int,
+           stop: int) -> npt.NDArray[np.float32]:
+    """Feature rows ``[start, stop)`` of the user-major pairs (user k, item j) -> row k * len(items) + j."""
     rows = np.arange(start, stop)
-    users = np.asarray(pop.user_ids, dtype=object)[rows // n_items]
-    items = np.asarray(pop.item_ids, dtype=object)[rows % n_items]
-    return np.asarray(lookup.matrix(users, items), dtype=np.float32)
+    return np.asarray(lookup.matrix(users[rows // len(items)], items[rows % len(items)]), dtype=np.float32)
 
 
 async def score_pairs(triton_url: str, champion: Champion, lookup: Any, pop: Population, *,
@@ -102,10 +100,11 @@ async def score_pairs(triton_url: str, champion: Champion, lookup: Any, pop: Pop
         max_batch = int(config.get("max_batch_size", 0) or 0)
         scores = np.empty(pop.rows, dtype=np.float32)
         gate = asyncio.Semaphore(concurrency)
+        users, items = np.asarray(pop.user_ids, dtype=object), np.asarray(pop.item_ids, dtype=object)
 
         async def one(start: int, stop: int) -> None:
             async with gate:  # features built under the gate: a batch's rows exist only while it is in flight
-                features = _pairs(lookup, pop, start, stop)
+                features = _pairs(lookup, users, items, start, stop)
                 scores[start:stop] = await triton.infer_scores(champion.model, champion.version, features)
 
         await asyncio.gather(*(one(a, b) for a, b in row_ranges(pop.rows, batch_rows, max_batch)))
