@@ -1,28 +1,16 @@
-"""Two-sample Kolmogorov–Smirnov maths on shared histogram grids: pure numpy, no I/O.
+"""Two-sample Kolmogorov–Smirnov maths for the drift job: pure numpy, no I/O.
 
-The drift job never sorts all values of a column in one place. Instead:
-
-1. a pooled sample of both sides gives each column a grid of edges (:func:`grid_edges`):
-   sample order statistics, so every bin holds about ``1/len(edges)`` of the data, and
-   every value that is frequent (a tie-heavy value, a constant) becomes an edge itself;
-2. every batch of values is sorted and reduced to two cumulative counts per edge,
-   ``#values <= edge`` and ``#values < edge`` (:func:`batch_partial`); these add up
-   across batches and partitions;
-3. the ECDFs at the edges are exact, so the largest gap there is a lower bound of the
-   statistic D, and the ECDF ranges inside each bin give an upper bound
-   (:func:`ks_on_grid`); the gap between the two is at most the largest share of one
-   side inside one bin;
-4. the bins that could still hold a larger gap are resolved exactly from the distinct
-   values inside them (:func:`refine_ks`), so the reported D is exact up to a
-   tolerance the caller chooses.
-
-The p-value is the asymptotic two-sided one that ``scipy.stats.ks_2samp(method="asymp")``
-reports; it is reported, never used for the verdict.
+- :class:`Moments`: row count, non-missing count, mean and spread of a column, mergeable;
+- :func:`sorted_ks` / :func:`exact_ks`: the exact statistic D from each side sorted once,
+  each side searched into the other (no sort of the concatenation);
+- :func:`ks_pvalue`: the asymptotic two-sided p-value that
+  ``scipy.stats.ks_2samp(method="asymp")`` reports; it is reported, never used for the verdict;
+- :func:`column_drift`, :func:`top_causes`, :class:`DriftSummary`: verdicts and ranking.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -84,218 +72,8 @@ class Moments:
 
 
 # --------------------------------------------------------------------------------------------
-# grid and per-batch partials
+# the exact KS statistic and its p-value
 # --------------------------------------------------------------------------------------------
-
-
-def grid_edges(sample: FloatArray, max_edges: int) -> FloatArray:
-    """Edges of a column's grid from a (pooled) sample of its values.
-
-    All distinct values when there are at most ``max_edges`` of them (ties then resolve
-    exactly), else the sample order statistics at evenly spaced ranks. Edges are actual
-    sample values, so a value holding more than ``1/max_edges`` of the sample is an edge.
-    Missing values (NaN) are ignored; the result is sorted and unique.
-    """
-    if max_edges < 1:
-        raise ValueError("max_edges must be >= 1")
-    values = np.sort(sample[~np.isnan(sample)])
-    distinct = np.unique(values)
-    if distinct.size <= max_edges:
-        return np.asarray(distinct, dtype=np.float64)
-    ranks = (np.arange(1, max_edges + 1, dtype=np.int64) * values.size) // (max_edges + 1)
-    return np.asarray(np.unique(values[ranks]), dtype=np.float64)
-
-
-@dataclass(frozen=True)
-class Partial:
-    """What one batch (or the sum of many) contributes for one column on one side.
-
-    ``right[j]`` counts values ``<= edges[j]``, ``left[j]`` values ``< edges[j]``.
-    """
-
-    moments: Moments
-    right: IntArray
-    left: IntArray
-
-    def merge(self, other: Partial) -> Partial:
-        return Partial(self.moments.merge(other.moments), self.right + other.right, self.left + other.left)
-
-
-def batch_partial(values: FloatArray, edges: FloatArray) -> Partial:
-    """Reduce one batch of a column (NaN = missing) to its :class:`Partial` on ``edges``.
-
-    Sorting the batch first makes the edge look-ups sequential: ~10 ms per million values,
-    where ``searchsorted`` of unsorted values into the edges costs ~9x more.
-    """
-    ordered = np.sort(values)
-    present = ordered[: int(np.searchsorted(ordered, np.inf, side="right"))]  # NaN sort last
-    right = np.searchsorted(present, edges, side="right").astype(np.int64)
-    left = np.searchsorted(present, edges, side="left").astype(np.int64)
-    return Partial(Moments.of(present, int(values.size)), right, left)
-
-
-def interior_values(values: FloatArray, edges: FloatArray, bins: IntArray) -> list[FloatArray]:
-    """The values strictly inside each of ``bins`` (bin j is ``(edges[j-1], edges[j])``).
-
-    Bin 0 is ``(-inf, edges[0])`` and bin ``len(edges)`` is ``(edges[-1], +inf)``.
-    """
-    ordered = np.sort(values)
-    present = ordered[: int(np.searchsorted(ordered, np.inf, side="right"))]
-    out: list[FloatArray] = []
-    for j in bins.tolist():
-        start = 0 if j == 0 else int(np.searchsorted(present, edges[j - 1], side="right"))
-        stop = present.size if j == edges.size else int(np.searchsorted(present, edges[j], side="left"))
-        out.append(present[start:stop])
-    return out
-
-
-# --------------------------------------------------------------------------------------------
-# KS statistic: on the grid, then refined inside candidate bins
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GridKS:
-    """The KS statistic bracketed on a grid: ``lower <= D <= upper``.
-
-    ``bin_upper[j]`` bounds the ECDF gap strictly inside bin j (``len(edges) + 1`` bins).
-    """
-
-    lower: float
-    upper: float
-    bin_upper: FloatArray
-
-    def candidate_bins(self, cutoff: float) -> IntArray:
-        """Bins that could hold a gap larger than ``cutoff``, the most promising first."""
-        bins = np.flatnonzero(self.bin_upper > cutoff)
-        return bins[np.argsort(-self.bin_upper[bins], kind="stable")].astype(np.int64)
-
-
-def ks_on_grid(base: Partial, cur: Partial) -> GridKS:
-    """Bracket the two-sample KS statistic from the cumulative counts of both sides."""
-    n, m = base.moments.count, cur.moments.count
-    if n == 0 or m == 0:
-        raise ValueError("both sides need at least one non-missing value")
-    fb_right, fc_right = base.right / n, cur.right / m
-    lower = float(np.max(np.abs(fb_right - fc_right))) if fb_right.size else 0.0
-    # Inside bin j the ECDF runs from F(edge[j-1]) up to F(edge[j]^-) (= left / n).
-    fb_lo = np.concatenate(([0.0], fb_right))
-    fc_lo = np.concatenate(([0.0], fc_right))
-    fb_hi = np.concatenate((base.left / n, [1.0]))
-    fc_hi = np.concatenate((cur.left / m, [1.0]))
-    bin_upper = np.maximum(fb_hi - fc_lo, fc_hi - fb_lo)
-    return GridKS(lower, max(lower, float(bin_upper.max())), bin_upper)
-
-
-def _merge_counts(chunks: Sequence[FloatArray]) -> tuple[FloatArray, IntArray]:
-    if not chunks:
-        return np.empty(0, np.float64), np.empty(0, np.int64)
-    values, counts = np.unique(np.concatenate(chunks), return_counts=True)
-    return values.astype(np.float64), counts.astype(np.int64)
-
-
-def bin_ks(
-    base_start: float, cur_start: float, base_values: Sequence[FloatArray], cur_values: Sequence[FloatArray],
-    n: int, m: int,
-) -> float:
-    """The exact largest ECDF gap strictly inside one bin.
-
-    Args:
-        base_start: baseline ECDF at the bin's left edge (0 for the first bin).
-        cur_start: current ECDF at the bin's left edge.
-        base_values: chunks of the baseline values strictly inside the bin (any order).
-        cur_values: the same for the current side.
-        n: baseline non-missing count.
-        m: current non-missing count.
-    """
-    bv, bc = _merge_counts(base_values)
-    cv, cc = _merge_counts(cur_values)
-    points = np.union1d(bv, cv)
-    if points.size == 0:
-        return 0.0
-    cum_b = np.concatenate(([0], np.cumsum(bc)))[np.searchsorted(bv, points, side="right")]
-    cum_c = np.concatenate(([0], np.cumsum(cc)))[np.searchsorted(cv, points, side="right")]
-    return float(np.max(np.abs((base_start + cum_b / n) - (cur_start + cum_c / m))))
-
-
-def bin_starts(base: Partial, cur: Partial, j: int) -> tuple[float, float]:
-    """Both ECDFs at the left edge of bin ``j``."""
-    if j == 0:
-        return 0.0, 0.0
-    return base.right[j - 1] / base.moments.count, cur.right[j - 1] / cur.moments.count
-
-
-def refine_ks(
-    grid: GridKS, base: Partial, cur: Partial,
-    resolved: Mapping[int, tuple[Sequence[FloatArray], Sequence[FloatArray]]],
-) -> tuple[float, float]:
-    """Tighten the bracket with bins whose interior values are known.
-
-    Args:
-        grid: the bracket from :func:`ks_on_grid`.
-        base: the merged baseline partial.
-        cur: the merged current partial.
-        resolved: bin index -> (baseline interior value chunks, current interior value chunks).
-
-    Returns:
-        ``(D, bound)``: D is a true ECDF gap (``D <= exact``) and ``exact <= bound``.
-    """
-    d = grid.lower
-    for j, (bvals, cvals) in resolved.items():
-        b0, c0 = bin_starts(base, cur, j)
-        d = max(d, bin_ks(b0, c0, bvals, cvals, base.moments.count, cur.moments.count))
-    open_bins = np.ones(grid.bin_upper.size, dtype=bool)
-    open_bins[list(resolved)] = False
-    rest = float(grid.bin_upper[open_bins].max()) if open_bins.any() else 0.0
-    return d, max(d, rest)
-
-
-def refinement_cutoff(grid: GridKS, threshold: float, tolerance: float) -> float | None:
-    """The gap above which bins must be resolved, or None when the bracket is good enough.
-
-    Resolve when the bracket is wider than ``tolerance`` or when the verdict (D > threshold)
-    depends on where D sits inside it.
-    """
-    cutoff = grid.lower + tolerance
-    if grid.lower <= threshold < grid.upper:
-        cutoff = min(cutoff, threshold)
-    return cutoff if grid.upper > cutoff else None
-
-
-def interior_count(base: Partial, cur: Partial, j: int) -> int:
-    """How many values (both sides) lie strictly inside bin ``j``."""
-    total = 0
-    for p in (base, cur):
-        start = 0 if j == 0 else int(p.right[j - 1])
-        stop = p.moments.count if j == p.right.size else int(p.left[j])
-        total += stop - start
-    return total
-
-
-def plan_refinement(
-    grids: Mapping[int, GridKS], pairs: Sequence[tuple[Partial, Partial]], thresholds: Sequence[float],
-    tolerance: float, budget: int,
-) -> dict[int, IntArray]:
-    """Column -> bins to resolve exactly (see :func:`refinement_cutoff`).
-
-    Bins are taken by decreasing upper bound while the values to fetch fit in ``budget``
-    (all columns together); a column cut short keeps a wider bracket.
-    """
-    plan: dict[int, IntArray] = {}
-    for c, grid in grids.items():
-        cutoff = refinement_cutoff(grid, thresholds[c], tolerance)
-        if cutoff is None:
-            continue
-        chosen = []
-        for j in grid.candidate_bins(cutoff).tolist():
-            cost = interior_count(*pairs[c], j)
-            if cost > budget:
-                break
-            budget -= cost
-            chosen.append(j)
-        if chosen:
-            plan[c] = np.asarray(chosen, dtype=np.int64)
-    return plan
 
 
 def exact_ks(a: FloatArray, b: FloatArray) -> float:
