@@ -14,8 +14,9 @@ ranks, ``[p * d]`` per item: feature ``f`` switches from the baseline to the ite
 path rows (5,160 x 128 floats for 20 items) never cross HTTP or shared memory: they are built here
 and run through this version's own step files, ``preprocess.onnx`` and ``model.onnx`` (byte copies
 of the steps' ``model.onnx``, written beside this file by the builder), with onnxruntime as the
-steps run them. Without those files (an older version) such a request fails, and the gateway
-falls back to scoring the paths through the pipeline.
+steps run them. Without those files (a version published before, or one whose model step carries
+a ``variant.json`` that these copies would not honour) such a request fails with "no in-model
+explanation", and the gateway scores the paths through the pipeline instead.
 """
 
 from __future__ import annotations
@@ -55,9 +56,9 @@ class TritonPythonModel:
     def execute(self, requests):
         explain = [any(pb_utils.get_input_tensor_by_name(r, n) is not None for n in EXPLAIN_INPUTS)
                    for r in requests]
-        plain = [r for r, e in zip(requests, explain) if not e]
+        plain = [r for r, e in zip(requests, explain, strict=True) if not e]
         scored = iter(self._score(plain) if plain else [])
-        return [self._explain(r) if e else next(scored) for r, e in zip(requests, explain)]
+        return [self._explain(r) if e else next(scored) for r, e in zip(requests, explain, strict=True)]
 
     def _score(self, requests):
         parts = [pb_utils.get_input_tensor_by_name(r, self.input_name).as_numpy() for r in requests]
@@ -96,7 +97,7 @@ class TritonPythonModel:
                 raise ValueError(f"shapes {self.input_name} {x.shape}, explain_baseline {baseline.shape}, "
                                  f"explain_ranks {ranks.shape}: need [n, d], [n, d], [n, p * d]")
             value = path_rows(x, baseline[0], ranks[0].reshape(-1, d).astype(np.int64))
-            for (_, input_name, output_name), session in zip(self.steps, self._sessions()):
+            for (_, input_name, output_name), session in zip(self.steps, self._sessions(), strict=True):
                 value = session.run([output_name], {input_name: value})[0]
             scores = np.ascontiguousarray(value.reshape(n, -1), dtype=np.float32)
             return pb_utils.InferenceResponse(output_tensors=[pb_utils.Tensor("path_score", scores)])

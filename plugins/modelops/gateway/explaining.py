@@ -9,8 +9,11 @@ Two ways to score the paths, chosen per version from its config:
   (``templates/ensemble_model.py``). One call per ``max_batch_size`` items; the 5,160 path rows of 20
   items never cross HTTP or Triton's shared memory.
 - **as batched calls** of the path rows, ``max_batch_size`` rows each: any other model behind the
-  contract, and a pipeline version published before the pipeline could explain (its call fails once;
-  the version is then explained this way, with a warning in the log).
+  contract, and a pipeline version published before the pipeline could explain or with a run-time
+  variant (its call answers "no in-model explanation" once; the version is then explained this way,
+  with a warning in the log). A passing failure of the call inside, or path scores that miss the
+  request's score by more than the tolerance (the copies ran on another engine than the steps, e.g. a
+  GPU), make that one request score its paths this way; only then is a miss a 502.
 """
 
 from __future__ import annotations
@@ -39,6 +42,8 @@ from modelops.gateway.inference import TritonFailed, TritonHTTP
 from modelops.serving.pbtxt import EXPLAIN_BASELINE, EXPLAIN_RANKS, PATH_SCORE
 
 log = logging.getLogger(__name__)
+_NO_IN_MODEL = "no in-model explanation"
+"""What ``templates/ensemble_model.py`` answers when its version has no step copies to explain with."""
 
 
 @dataclass
@@ -65,16 +70,23 @@ async def explain_items(triton: TritonHTTP, plans: dict[tuple[str, int], Explain
     perms = permutations(features.shape[1], n_permutations,
                          int.from_bytes(hashlib.blake2b(request_id.encode(), digest_size=8).digest(), "big"))
     limit = asyncio.Semaphore(concurrency)
-    path_scores = None
+    found = None
     if plan.in_model:
         try:
-            path_scores = await _inside(triton, plan, model, version, features, baseline, perms, limit)
-        except TritonFailed as exc:  # a version published before pipelines explained: score the paths
-            plan.in_model = False
-            log.warning("%s v%s explains by scoring its paths from now on: %s", model, version, exc)
-    if path_scores is None:
-        path_scores = await _by_paths(triton, plan, model, version, path_inputs(features, baseline, perms), limit)
-    found = contributions(path_scores, len(item_ids), perms)
+            found = contributions(await _inside(triton, plan, model, version, features, baseline, perms, limit),
+                                  len(item_ids), perms)
+        except TritonFailed as exc:
+            if _cannot_explain_inside(str(exc)):  # published before pipelines explained, or a variant
+                plan.in_model = False
+                log.warning("%s v%s explains by scoring its paths from now on: %s", model, version, exc)
+            else:  # a failure of this call only: this request scores its paths
+                log.warning("%s v%s: explanation inside failed, scoring the paths: %s", model, version, exc)
+        if found is not None and additivity_error(found, scores) > ADDITIVITY_TOLERANCE:
+            found = None  # the copies' engine differs from the steps' (e.g. a GPU step): the steps decide
+    if found is None:
+        found = contributions(
+            await _by_paths(triton, plan, model, version, path_inputs(features, baseline, perms), limit),
+            len(item_ids), perms)
     error = additivity_error(found, scores)
     if error > ADDITIVITY_TOLERANCE:  # the version answered the same input differently: not explainable
         raise TritonFailed(f"Triton {model} v{version}: contributions miss the score by {error:.3g} "
@@ -89,6 +101,11 @@ async def explain_items(triton: TritonHTTP, plans: dict[tuple[str, int], Explain
                         t.contribution for t in top),
                     "top_reason": top_reason(top)})
     return out
+
+
+def _cannot_explain_inside(message: str) -> bool:
+    """Whether a failed call inside says the version can never explain inside (not a passing failure)."""
+    return any(hint in message for hint in (_NO_IN_MODEL, PATH_SCORE, "malformed answer"))
 
 
 async def _plan(triton: TritonHTTP, plans: dict[tuple[str, int], ExplainPlan], model: str,

@@ -14,6 +14,7 @@ version, so re-publishing another version rewrites them with identical bytes.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +25,20 @@ from modelops.serving.pbtxt import TEMPLATES_DIR, ModelConfigSpec, Role, render_
 
 ARTIFACTS = {"preprocess": "preprocess.onnx", "model": "model.onnx", "variant": "variant.json"}
 """Names of the served artifacts under the run's ``onnx/`` artifact folder."""
+
+
+RUN_TIME_VARIANTS = frozenset({"faulty-errors", "slow"})
+"""``variant.json`` kinds that change what the model step does when it runs (``templates/onnx_model.py``)."""
+
+
+def acts_at_run_time(variant_json: bytes | None) -> bool:
+    """Whether ``variant.json`` makes the model step fail or wait at run time (unreadable counts as yes)."""
+    if variant_json is None:
+        return False
+    try:
+        return str(json.loads(variant_json).get("variant", "good")) in RUN_TIME_VARIANTS
+    except (ValueError, AttributeError):
+        return True
 
 
 @dataclass(frozen=True)
@@ -88,9 +103,11 @@ def release_files(
         if role == "ensemble":
             files[f"{folder}/model.py"] = pipeline_py
             files[f"{folder}/{MODEL_INFO_FILE}"] = info.to_json()
-            # the steps' own bytes, for explanations computed inside the pipeline (ensemble_model.py)
-            files[f"{folder}/{ARTIFACTS['preprocess']}"] = artifacts.preprocess_onnx
-            files[f"{folder}/{ARTIFACTS['model']}"] = artifacts.model_onnx
+            # the steps' own bytes, for explanations computed inside the pipeline (ensemble_model.py);
+            # not for a demonstration variant (faulty, slow): the copies would not behave as the step does
+            if not acts_at_run_time(artifacts.variant_json):
+                files[f"{folder}/{ARTIFACTS['preprocess']}"] = artifacts.preprocess_onnx
+                files[f"{folder}/{ARTIFACTS['model']}"] = artifacts.model_onnx
             continue
         onnx = artifacts.preprocess_onnx if role == "preprocess" else artifacts.model_onnx
         files[f"{folder}/model.onnx"] = onnx
