@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import io
 import os
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -347,3 +348,29 @@ def test_close_answers_the_batch_in_flight_and_the_records_queued_behind_it(tmp_
     tokens = [r[0] for seg in sorted(tmp_path.glob("*.seg")) for r in read_frames(seg.read_bytes())[0]]
     assert tokens == ["tok-0", "tok-1"]
     assert not list(tmp_path.glob("*.open"))
+
+
+def test_idle_ticks_hand_nothing_to_the_writer_thread_until_the_segment_is_due(tmp_path: Path) -> None:
+    writer = SegmentWriter(tmp_path, max_age_s=0.3)
+    rotations: list[float] = []
+
+    async def main() -> None:
+        committer = GroupCommitter(writer, budget_bytes=10**9, usage=lambda: 0, flush_interval_s=0.01)
+        original = committer._rotate
+
+        def counting_rotate() -> Path | None:
+            rotations.append(time.monotonic())
+            return original()
+
+        committer._rotate = counting_rotate  # type: ignore[method-assign]
+        committer.start()
+        await committer.append(_feedback(1))
+        deadline = time.monotonic() + 5
+        while not list(tmp_path.glob("*.seg")) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.2)  # idle ticks with no open segment
+        await committer.close()
+
+    asyncio.run(main())
+    assert len(list(tmp_path.glob("*.seg"))) == 1  # sealed by age on an idle tick
+    assert len(rotations) == 1  # ~50 idle ticks, one hand-off: the one that sealed

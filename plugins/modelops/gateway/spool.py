@@ -167,13 +167,14 @@ class SegmentWriter:
             raise
         self._size += len(frames)
 
+    def due(self) -> bool:
+        """Whether the current segment reached its size or age (False when none is open or it is empty)."""
+        return self._fd >= 0 and self._size > 0 and (
+            self._size >= self.max_bytes or self.clock() - self._opened_at >= self.max_age_s)
+
     def rotate_if_due(self) -> Path | None:
         """Seal the current segment when it reached its size or age; returns the sealed path."""
-        if self._fd >= 0 and self._size > 0 and (
-            self._size >= self.max_bytes or self.clock() - self._opened_at >= self.max_age_s
-        ):
-            return self.seal()
-        return None
+        return self.seal() if self.due() else None
 
     def seal(self) -> Path | None:
         """Close and seal the current segment (no-op when none is open); returns the sealed path."""
@@ -323,8 +324,10 @@ class GroupCommitter:
             try:
                 if frames:
                     sealed = await loop.run_in_executor(self._executor, self._write_batch, b"".join(frames))
-                else:
+                elif self.writer.due():  # no job runs in the writer thread now: its state is safe to read
                     sealed = await loop.run_in_executor(self._executor, self._rotate)
+                else:  # an idle tick: no thread hand-off (four logs x 20 ticks a second otherwise)
+                    sealed = None
             except Exception as exc:  # disk full, I/O error: the callers must not get a 202
                 log.exception("spool write failed")
                 for waiter in waiters:
