@@ -56,7 +56,7 @@ build() {  # TAG DOCKERFILE CONTEXT
 build modelops:latest docker/Dockerfile .
 build modelops-standin-postgres:latest docker/standins/postgres.Dockerfile docker/standins
 build modelops-standin-nginx:latest docker/standins/nginx.Dockerfile docker/standins
-for standin in prometheus pushgateway alertmanager; do
+for standin in prometheus pushgateway alertmanager redis; do
   build "modelops-standin-$standin:latest" "docker/standins/$standin.Dockerfile" docker/standins
 done
 

@@ -41,7 +41,11 @@ def test_only_the_three_public_services_publish_ports() -> None:
                 assert publisher["URL"] == HOST, row["Service"]
     # Running, on the compose network only (Grafana, published in production, is not run here: no image).
     assert {"triton", "objectstore", "postgres", "spark-master", "spark-worker", "prometheus", "pushgateway",
-            "alertmanager", "alert-relay", "statsd-bridge"} <= set(published)
+            "alertmanager", "alert-relay", "statsd-bridge", "redis", "airflow-worker"} <= set(published)
+    # Two replicas of each worker (AIRFLOW_WORKERS, SPARK_WORKERS), all running.
+    for service in ("airflow-worker", "spark-worker"):
+        replicas = [row for row in rows if row["Service"] == service]
+        assert len(replicas) == 2 and all(row["State"] == "running" for row in replicas), replicas
 
 
 def test_the_load_balancer_answers_for_the_gateways() -> None:

@@ -1,9 +1,9 @@
 """The release story on the running production topology, from a container on its network.
 
 Versions are trained and registered by ``train_and_register`` and released by ``model_release`` over
-the Airflow REST API (tasks run in the scheduler container, Spark jobs on the spark-master/worker
-containers, whose executors read their inputs from the object store and share no disk with the
-scheduler); traffic goes through the load balancer (gateway-lb → gateway-1/2). Every result is read
+the Airflow REST API (tasks run on the two Celery workers, airflow-worker; Spark jobs on spark-master and
+two spark-worker containers, whose executors read their inputs from the object store and share no disk
+with the Airflow workers); traffic goes through the load balancer (gateway-lb → gateway-1/2). Every result is read
 where a user reads it: MLflow stages, aliases and tags; Triton's served versions; the routes,
 ``ctr_cvr`` and ``drift.json`` in the object store. The tests run in order and share one model.
 """
@@ -33,6 +33,7 @@ TRAIN = {"hidden": "16", "max_iter": 25}
 CANARY = {"canary_steps": "50,100", "analysis_interval_s": 5, "min_requests": 20, "stable_grace_s": 4}
 DRIFTED = ("user_ctr_30d", "item_price", "user_sessions_7d")
 STORY: dict[str, Any] = {}
+RUNS: list[tuple[str, str]] = []  # (dag_id, run_id) of every run the story triggered: where its tasks ran
 
 
 def _today() -> str:
@@ -56,14 +57,17 @@ def _run_traffic(cfg: Settings, n: int, seed: int) -> Any:
 def _train(airflow: AirflowClient, **params: Any) -> str:
     run_id = airflow.trigger("train_and_register", {"model_name": MODEL, **TRAIN, **params},
                              run_id=f"compose-train-{uuid.uuid4().hex[:8]}")
+    RUNS.append(("train_and_register", run_id))
     assert airflow.wait("train_and_register", run_id, timeout_s=600) == "success", _states(
         airflow, "train_and_register", run_id)
     return str(airflow.xcom("train_and_register", run_id, "register")["version"])
 
 
 def _release(airflow: AirflowClient, version: str, **conf: Any) -> str:
-    return airflow.trigger("model_release", {"model": MODEL, "version": version, **CANARY, **conf},
-                           run_id=f"compose-release-{uuid.uuid4().hex[:8]}")
+    run_id = airflow.trigger("model_release", {"model": MODEL, "version": version, **CANARY, **conf},
+                             run_id=f"compose-release-{uuid.uuid4().hex[:8]}")
+    RUNS.append(("model_release", run_id))
+    return run_id
 
 
 def _states(airflow: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
@@ -256,10 +260,65 @@ def _locations(args: list[str], *flags: str) -> list[str]:
     return out
 
 
-def _spark_apps(cfg: Settings) -> list[dict[str, Any]]:
+def _spark_master_state(cfg: Settings) -> dict[str, Any]:
     master = cfg.spark_master.replace("spark://", "http://").rsplit(":", 1)[0] + ":8080"
-    state = requests.get(f"{master}/json/", timeout=10).json()
+    return dict(requests.get(f"{master}/json/", timeout=10).json())
+
+
+def _spark_apps(cfg: Settings) -> list[dict[str, Any]]:
+    state = _spark_master_state(cfg)
     return [*state.get("activeapps", []), *state.get("completedapps", [])]
+
+
+def _app_ids(cfg: Settings) -> set[str]:
+    return {app["id"] for app in _spark_apps(cfg)}
+
+
+def _assert_spread_over_the_workers(cfg: Settings, app_ids: set[str]) -> None:
+    """Every app in APP_IDS had executors on at least two Spark workers (each worker's own /json/ lists them)."""
+    assert app_ids, "no Spark application ran on the cluster"
+    workers = [w for w in _spark_master_state(cfg)["workers"] if w["state"] == "ALIVE"]
+    assert len(workers) >= 2, f"the cluster has {len(workers)} alive worker(s): {workers}"
+    hosts: dict[str, set[str]] = {app: set() for app in app_ids}
+    for worker in workers:
+        state = requests.get(f"{worker['webuiaddress']}/json/", timeout=10).json()
+        for executor in [*state.get("executors", []), *state.get("finishedexecutors", [])]:
+            if executor["appid"] in hosts:
+                hosts[executor["appid"]].add(worker["id"])
+    assert all(len(ids) >= 2 for ids in hosts.values()), f"executors per application: {hosts}"
+
+
+def _local_rerun(args: list[str], out: str) -> None:
+    """The same job on the same inputs with ``--master local[2]`` in this container, writing to OUT."""
+    import os
+
+    from modelops.cli import main
+
+    os.environ["MODELOPS_SPARK_DRIVER_MEMORY"] = "1g"
+    rewritten, flag = [], ""
+    for arg in args:
+        if arg.startswith("--"):
+            flag = arg
+            rewritten.append(arg)
+        else:
+            rewritten.append({"--out": out, "--master": "local[2]"}.get(flag, arg))
+    assert main(rewritten) == 0, rewritten
+
+
+def _same_numbers(cluster: Any, local: Any, path: str = "") -> None:
+    """Equal documents; floats to 1e-9 relative (a sum's order may differ between two and N partitions)."""
+    if isinstance(cluster, dict):
+        assert isinstance(local, dict) and sorted(cluster) == sorted(local), path
+        for key in cluster:
+            _same_numbers(cluster[key], local[key], f"{path}.{key}")
+    elif isinstance(cluster, list):
+        assert isinstance(local, list) and len(cluster) == len(local), path
+        for i, (a, b) in enumerate(zip(cluster, local, strict=True)):
+            _same_numbers(a, b, f"{path}[{i}]")
+    elif isinstance(cluster, float) and not isinstance(local, bool):
+        assert local == pytest.approx(cluster, rel=1e-9, abs=1e-12), path
+    else:
+        assert cluster == local, path
 
 
 def test_feedback_join_runs_on_the_spark_cluster_and_publishes_ctr_cvr(
@@ -275,11 +334,14 @@ def test_feedback_join_runs_on_the_spark_cluster_and_publishes_ctr_cvr(
     assert ok >= 290, report.line()
     day = _today()
     _wait_logs(object_store, f"logs/feedback/dt={day}/", sum(report.feedback.values()))
-    apps_before = len(_spark_apps(compose_settings))
+    apps_before = _app_ids(compose_settings)
     run_id = airflow.trigger("feedback_join", {"window_hours": 0.01}, run_id=f"compose-fb-{uuid.uuid4().hex[:6]}")
+    RUNS.append(("feedback_join", run_id))
     assert airflow.wait("feedback_join", run_id, timeout_s=600) == "success", _states(
         airflow, "feedback_join", run_id)
-    assert len(_spark_apps(compose_settings)) > apps_before, "the job did not run on the Spark cluster"
+    new_apps = _app_ids(compose_settings) - apps_before
+    assert new_apps, "the job did not run on the Spark cluster"
+    _assert_spread_over_the_workers(compose_settings, new_apps)
     # The job got object-store locations only (the tasks share no disk with each other or the workers) ...
     args = airflow.xcom("feedback_join", run_id, "locate_inputs")
     inputs = _locations(args, "--predictions", "--events")
@@ -295,6 +357,10 @@ def test_feedback_join_runs_on_the_spark_cluster_and_publishes_ctr_cvr(
     assert row["impressions"] >= ok and row["clicked"] > 0
     assert row["ctr"] == pytest.approx(row["clicked"] / row["impressions"])
     assert registry.get(MODEL, STORY["stable_version"]).tags[f"modelops.ctr.{day}"] == f"{row['ctr']:.6f}"
+    # The same job on local[2] over the same inputs computes the same document.
+    local = f"_compose/local-fb-{uuid.uuid4().hex[:6]}"
+    _local_rerun(args, f"s3://{compose_settings.bucket}/{local}")
+    _same_numbers(document, json.loads(object_store.get_bytes(f"{local}/ctr_cvr.json")))
 
 
 def test_nightly_drift_runs_on_the_spark_cluster_and_reports_the_drift(
@@ -303,6 +369,7 @@ def test_nightly_drift_runs_on_the_spark_cluster_and_reports_the_drift(
     assert STORY, "no version serves"
     day = _today()
     first = airflow.trigger("nightly_drift", run_id=f"compose-drift-{uuid.uuid4().hex[:6]}")
+    RUNS.append(("nightly_drift", first))
     assert airflow.wait("nightly_drift", first, timeout_s=600) == "success", _states(airflow, "nightly_drift", first)
     tags = _registry().get(MODEL, STORY["stable_version"]).tags
     assert tags["modelops.drift_baseline_day"] == day
@@ -316,9 +383,12 @@ def test_nightly_drift_runs_on_the_spark_cluster_and_reports_the_drift(
     while sum(1 for _ in object_store.list_keys(f"logs/scored_samples/dt={day}/")) <= before:
         assert time.monotonic() < deadline, "no new scored-sample partition file after the shifted traffic"
         time.sleep(2)
+    apps_before = _app_ids(compose_settings)
     second = airflow.trigger("nightly_drift", run_id=f"compose-drift-{uuid.uuid4().hex[:6]}")
+    RUNS.append(("nightly_drift", second))
     assert airflow.wait("nightly_drift", second, timeout_s=600) == "success", _states(
         airflow, "nightly_drift", second)
+    _assert_spread_over_the_workers(compose_settings, _app_ids(compose_settings) - apps_before)
     # The job read the baseline and the day's samples of the version from the store and wrote the report there.
     submitted = [a for a in airflow.xcom("nightly_drift", second, "spark_arguments")
                  if f"{MODEL}/v{STORY['stable_tv']}/" in " ".join(a)]
@@ -334,3 +404,20 @@ def test_nightly_drift_runs_on_the_spark_cluster_and_reports_the_drift(
         f"reports/drift/{MODEL}/v{STORY['stable_tv']}/dt={day}/drift.json"))
     assert document["drifted"] is True
     assert sorted(document["top_causes"]) == sorted(DRIFTED)
+    # The same job on local[2] over the same inputs computes the same report.
+    local = f"_compose/local-drift-{uuid.uuid4().hex[:6]}"
+    _local_rerun(args, f"s3://{compose_settings.bucket}/{local}")
+    _same_numbers(document, json.loads(object_store.get_bytes(f"{local}/drift.json")))
+
+
+def test_the_tasks_ran_on_more_than_one_celery_worker(airflow: AirflowClient) -> None:
+    """CeleryExecutor: the release story's tasks and the Spark DAGs' tasks spread over the airflow-worker replicas."""
+    assert RUNS, "the story triggered no run"
+    hosts: dict[str, set[str]] = {"story": set(), "spark": set()}
+    for dag_id, run_id in RUNS:
+        group = "spark" if dag_id in ("feedback_join", "nightly_drift") else "story"
+        ran = [t for t in airflow.task_instances(dag_id, run_id) if t["state"] in ("success", "failed")]
+        assert all(t.get("hostname") for t in ran), (dag_id, run_id, ran)
+        hosts[group] |= {t["hostname"] for t in ran}
+    assert len(hosts["story"]) >= 2 and len(hosts["spark"]) >= 2, hosts
+    assert not any(h.startswith("airflow-") for h in hosts["story"] | hosts["spark"]), hosts  # no LocalExecutor

@@ -58,7 +58,8 @@ def test_topology_has_every_component_with_health_checks() -> None:
     services = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
     one_shot = {"init", "objectstore-init", "mlflow-init", "airflow-db-migrate"}
     expected = {"postgres", "objectstore", "mlflow", "triton", "reconciler", "airflow-api-server",
-                "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "spark-master", "spark-worker",
+                "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "airflow-worker", "redis",
+                "spark-master", "spark-worker",
                 "gateway-1", "gateway-2", "gateway-lb"} | one_shot
     assert expected <= set(services)
     for name in expected - one_shot:

@@ -160,9 +160,9 @@ def test_the_test_override_replaces_only_what_cannot_exist_here(tmp_path: Path, 
     test = json.loads(result.stdout)
     assert "grafana" not in test["services"]  # `config` without --profile grafana: not started either
     changed = sorted(n for n, s in test["services"].items() if s != production["services"][n])
-    assert changed == ["alertmanager", "gateway-lb", "postgres", "prometheus", "pushgateway", "triton"]
+    assert changed == ["alertmanager", "gateway-lb", "postgres", "prometheus", "pushgateway", "redis", "triton"]
     assert "deploy" not in test["services"]["triton"]
-    for name in ("alertmanager", "prometheus", "pushgateway"):
+    for name in ("alertmanager", "prometheus", "pushgateway", "redis"):
         standin, real = test["services"][name], production["services"][name]
         assert standin["image"] == f"modelops-standin-{name}:latest"
         assert {k: v for k, v in standin.items() if k not in ("image", "build")} == {
@@ -183,3 +183,29 @@ def test_good_secrets_pass_and_bad_ones_are_named() -> None:
     for expected in ("AIRFLOW_FERNET_KEY", "S3_TRITON_SECRET_KEY is 5 characters", "POSTGRES_PASSWORD still holds",
                      "S3_ADMIN_ACCESS_KEY is empty"):
         assert expected in message
+
+
+def test_airflow_runs_on_celery_workers_and_spark_on_a_two_worker_cluster(production: dict) -> None:
+    """CeleryExecutor (Redis broker, PostgreSQL results) on every Airflow component; two replicas of each worker."""
+    services = production["services"]
+    for name in ("airflow-scheduler", "airflow-api-server", "airflow-worker", "airflow-triggerer"):
+        env = services[name]["environment"]
+        assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
+        assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://:change-me-redis@redis:6379/"), name
+        assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://modelops:"), name
+    assert services["airflow-worker"]["command"] == ["airflow", "celery", "worker"]
+    assert services["airflow-worker"]["deploy"]["replicas"] == 2
+    assert services["spark-worker"]["deploy"]["replicas"] == 2
+    assert "hostname" not in services["airflow-worker"] and "hostname" not in services["spark-worker"]
+    assert "redis" in services["airflow-scheduler"]["depends_on"]
+    assert "ports" not in services["redis"]
+
+
+def test_the_broker_password_must_be_url_safe() -> None:
+    good = {name: f"{name.lower()}-0123456789abcdef" for name in SECRETS}
+    good["AIRFLOW_FERNET_KEY"] = FERNET
+    for ident in IDENTITIES:
+        good[f"S3_{ident}_ACCESS_KEY"] = ident.lower()
+    assert secret_problems(good, {}) == []
+    (problem,) = secret_problems({**good, "REDIS_PASSWORD": "p@ss/word#0123"}, {})
+    assert problem.startswith("REDIS_PASSWORD goes into a URL as it is: only letters, digits and - _ . ~")

@@ -26,6 +26,7 @@ import base64
 import binascii
 import json
 import os
+import re
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -54,8 +55,12 @@ SECRETS: tuple[str, ...] = (
     "S3_GATEWAY_SECRET_KEY",
     "S3_TRITON_SECRET_KEY",
     "S3_SPARK_SECRET_KEY",
+    "REDIS_PASSWORD",
 )
 MIN_SECRET_LENGTH = 12
+#: Secrets that stand in a URL as they are (the Celery broker URL ``redis://:PASSWORD@redis:6379/0``).
+URL_SECRETS = frozenset({"REDIS_PASSWORD"})
+_URL_SAFE = re.compile(r"[A-Za-z0-9_~.-]+")
 GENERATE_HINT = 'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
 FERNET_HINT = 'python3 -c "import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())"'
 
@@ -138,6 +143,9 @@ def secret_problems(env: Mapping[str, str], placeholders: Mapping[str, str]) -> 
                                 f"(e.g. the output of {FERNET_HINT})")
         elif len(value) < MIN_SECRET_LENGTH:
             problems.append(f"{name} is {len(value)} characters: a secret needs at least {MIN_SECRET_LENGTH} "
+                            f"(e.g. the output of {hint})")
+        elif name in URL_SECRETS and not _URL_SAFE.fullmatch(value):
+            problems.append(f"{name} goes into a URL as it is: only letters, digits and - _ . ~ are allowed "
                             f"(e.g. the output of {hint})")
     for ident in identities("b", "m"):
         if not env.get(ident.access_key_env, "").strip():
