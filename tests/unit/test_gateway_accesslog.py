@@ -66,3 +66,50 @@ def test_without_an_event_loop_each_line_is_written_at_once() -> None:
     logger = _logger(BufferedLineHandler(stream, flush_s=60), "test.accesslog.thread")
     logger.info("one")
     assert stream.getvalue() == "one\n"
+
+
+class RecordingRaw(io.RawIOBase):
+    """A pipe's write end: records each write system call."""
+
+    def __init__(self) -> None:
+        self.calls: list[bytes] = []
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: bytes) -> int:  # type: ignore[override]
+        self.calls.append(bytes(data))
+        return len(data)
+
+
+def test_a_flush_writes_chunks_of_at_most_pipe_buf_cut_at_line_ends() -> None:
+    # compose runs two workers per container on one stdout pipe: writes > PIPE_BUF (4096)
+    # are not atomic and could interleave mid-line
+    raw = RecordingRaw()
+    stream = io.TextIOWrapper(io.BufferedWriter(raw, buffer_size=64 * 1024), encoding="utf-8")
+    handler = BufferedLineHandler(stream, flush_s=60, max_bytes=64 * 1024)
+    logger = _logger(handler, "test.accesslog.pipebuf")
+    lines = [f'{{"n": {k}, "path": "/v1/models/{"é" * (k % 7)}{"a" * (k % 300)}"}}' for k in range(400)]
+    lines.insert(17, "L" * 10_000)  # a single line longer than PIPE_BUF goes alone
+
+    async def run() -> None:
+        for line in lines:
+            logger.info("%s", line)
+
+    asyncio.run(run())
+    handler.close()
+    assert len(raw.calls) > 1
+    for call in raw.calls:
+        assert call.endswith(b"\n")
+        assert len(call) <= 4096 or call.count(b"\n") == 1, len(call)
+    assert [len(c) for c in raw.calls if len(c) > 4096] == [10_001]
+    assert b"".join(raw.calls).decode("utf-8").splitlines() == lines
+
+
+def test_line_chunks_cut_at_line_ends() -> None:
+    from modelops.gateway.accesslog import line_chunks
+
+    assert list(line_chunks(b"aa\nbb\ncc\n", limit=6)) == [b"aa\nbb\n", b"cc\n"]
+    assert list(line_chunks(b"aa\nbbbbbbbb\ncc\n", limit=6)) == [b"aa\n", b"bbbbbbbb\n", b"cc\n"]
+    assert list(line_chunks(b"abcdef\n", limit=7)) == [b"abcdef\n"]
+    assert list(line_chunks(b"", limit=7)) == []

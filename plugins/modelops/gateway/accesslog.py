@@ -6,6 +6,12 @@ keeps the formatted lines and writes them in one call ``flush_s`` after the firs
 buffered (a timer on the running event loop), when ``max_bytes`` are buffered, and at close.
 A kill -9 loses at most the last ``flush_s`` of access lines, never a prediction (the event
 logs are separate and durable).
+
+Several uvicorn workers share one stdout pipe (compose runs two per container), and POSIX
+makes a pipe write atomic only up to ``PIPE_BUF`` (4096 bytes on Linux): a larger write of
+one worker can be interleaved with another's in the middle of a line. A flush therefore
+writes chunks of at most :data:`PIPE_BUF` bytes, each cut at a line end (a single longer
+line goes alone, as it would unbuffered), each flushed on its own.
 """
 
 from __future__ import annotations
@@ -13,7 +19,30 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
+from collections.abc import Iterator
 from typing import TextIO
+
+PIPE_BUF = 4096
+"""Bytes a pipe write is atomic up to (POSIX guarantees >= 512; Linux 4096)."""
+
+
+def line_chunks(data: bytes, limit: int = PIPE_BUF) -> Iterator[bytes]:
+    """Cuts newline-terminated ``data`` into chunks of at most ``limit`` bytes at line ends.
+
+    A line longer than ``limit`` (with its newline) is a chunk of its own.
+    """
+    start, size = 0, len(data)
+    while start < size:
+        if size - start <= limit:
+            yield data[start:]
+            return
+        cut = data.rfind(b"\n", start, start + limit)
+        if cut < 0:  # the next line alone exceeds the limit
+            cut = data.find(b"\n", start + limit)
+            if cut < 0:
+                cut = size - 1
+        yield data[start : cut + 1]
+        start = cut + 1
 
 
 class BufferedLineHandler(logging.Handler):
@@ -64,9 +93,21 @@ class BufferedLineHandler(logging.Handler):
             timer.cancel()
         if not lines:
             return
+        text = "\n".join(lines) + "\n"
+        binary = getattr(self.stream, "buffer", None)
         try:
-            self.stream.write("\n".join(lines) + "\n")
-            self.stream.flush()
+            self.stream.flush()  # whatever else was written to the stream goes first, alone
+            if len(text) <= PIPE_BUF and text.isascii():  # the usual flush: one write
+                self.stream.write(text)
+                self.stream.flush()
+                return
+            for chunk in line_chunks(text.encode("utf-8")):
+                if binary is not None:
+                    binary.write(chunk)
+                    binary.flush()
+                else:
+                    self.stream.write(chunk.decode("utf-8"))
+                    self.stream.flush()
         except (OSError, ValueError):  # a closed or broken stdout must not fail requests
             pass
 
