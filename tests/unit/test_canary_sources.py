@@ -233,3 +233,25 @@ def test_measure_from_a_real_gateway_and_triton_capture() -> None:
     assert dict(m.canary.latency_buckets)[math.inf] == 70.0
     assert 0.0 < p99_ms(m.stable) < 1000.0
     assert m.stable.score_std == pytest.approx(0.1069013754911906)
+
+
+def test_latency_gate_reads_online_answers_only() -> None:
+    """Precomputed answers (only the stable version has snapshots) stay out of the canary's p99."""
+    def doc(fast: int, slow: int) -> str:
+        lines = []
+        for source, le_fast, n in (("precomputed", fast, fast), ("online", 0, slow)):
+            for le in ("0.005", "0.1", "+Inf"):
+                value = le_fast if le == "0.005" else n
+                lines.append(f'modelops_gateway_request_duration_seconds_bucket'
+                             f'{{model="m",version="1",source="{source}",le="{le}"}} {value}')
+        # an older gateway's series without the label counts as online
+        for le in ("0.1", "+Inf"):
+            lines.append(f'modelops_gateway_request_duration_seconds_bucket{{model="m",version="2",le="{le}"}} {slow}')
+        return "\n".join(lines) + "\n"
+    pages = {GW_A: [doc(0, 0), doc(990, 10)], TRITON: ["", ""]}
+    source = ScrapeSource([GW_A], TRITON, fetch=lambda url: pages[url].pop(0))
+    m = source.measure("m", 1, 2, source.open_window("m", 0.0), 5.0)
+    assert dict(m.stable.latency_buckets) == {0.005: 0.0, 0.1: 10.0, math.inf: 10.0}
+    assert p99_ms(m.stable) > 5.0  # 990 precomputed answers at < 5 ms would have made it < 5 ms
+    assert dict(m.canary.latency_buckets) == {0.1: 10.0, math.inf: 10.0}
+    assert 'source!="precomputed"' in promql("m", (1, 2), 10)["buckets"]

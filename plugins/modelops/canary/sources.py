@@ -17,7 +17,7 @@ Series read (labels ``model`` and ``version``, plus ``class`` / ``code`` / ``act
 =========================================================  ============================
 ``modelops_gateway_requests_total``                        answered requests (by code)
 ``modelops_gateway_errors_total{class=upstream|timeout}``  gateway-side failures
-``modelops_gateway_request_duration_seconds_bucket``       latency histogram
+``modelops_gateway_request_duration_seconds_bucket``       latency histogram (online answers)
 ``modelops_gateway_feedback_events_total``                 feedback by action
 ``ml_prediction_std``                                      rolling score std (gauge)
 ``nv_inference_request_failure``                           Triton failures (by reason)
@@ -48,6 +48,10 @@ from modelops.errors import ContractError
 REQUESTS = "modelops_gateway_requests_total"
 ERRORS = "modelops_gateway_errors_total"
 LATENCY = "modelops_gateway_request_duration_seconds"
+LATENCY_SOURCE = "online"
+"""The latency gate reads only answers scored online: only the stable version has precomputed
+snapshots, and its precomputed answers (no Triton call) would pull its p99 below a canary's that
+scores everything online. A series without a ``source`` label (an older gateway) counts as online."""
 FEEDBACK = "modelops_gateway_feedback_events_total"
 STD = "ml_prediction_std"
 TRITON_FAILURES = "nv_inference_request_failure"
@@ -181,7 +185,8 @@ def version_window(gateway: Sequence[Series], triton: Series | None, model: str,
     buckets: dict[float, float] = {}
     for s in gateway:
         for (n, labels), value in s.items():
-            if n == f"{LATENCY}_bucket" and _matches(labels, {"model": model, "version": v}):
+            if n == f"{LATENCY}_bucket" and _matches(labels, {"model": model, "version": v}) \
+                    and dict(labels).get("source", LATENCY_SOURCE) == LATENCY_SOURCE:
                 le = dict(labels).get("le", "+Inf")
                 bound = math.inf if le in {"+Inf", "Inf"} else float(le)
                 buckets[bound] = buckets.get(bound, 0.0) + value
@@ -305,7 +310,7 @@ def promql(model: str, versions: Sequence[int], range_s: float, up_selector: str
         "requests": f"sum by (version) (increase({REQUESTS}{{{sel}}}{r}))",
         "errors": f'sum by (version) (increase({ERRORS}{{{sel},class=~"{"|".join(ERROR_CLASSES)}"}}{r}))',
         "triton_failures": f"sum by (version) (increase({TRITON_FAILURES}{{{sel}}}{r}))",
-        "buckets": f"sum by (version, le) (increase({LATENCY}_bucket{{{sel}}}{r}))",
+        "buckets": f'sum by (version, le) (increase({LATENCY}_bucket{{{sel},source!="precomputed"}}{r}))',
         "std": f"max by (version) ({STD}{{{sel}}})",
         "feedback": f"sum by (version, action) (increase({FEEDBACK}{{{sel}}}{r}))",
         "down": down,

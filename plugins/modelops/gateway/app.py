@@ -418,7 +418,7 @@ class Gateway(GatewayPollers):
         total_s = timing.total_s()
         self.m_requests.inc((*labels, ("code", "200")))
         self.precomputed.count(model, version.version, "online" if hit is None else "precomputed", why_online)
-        self.m_latency.observe(labels, total_s)
+        self.m_latency.observe((*labels, ("source", "online" if hit is None else "precomputed")), total_s)
         delay_origin = origin(parts)
         self.m_latency_origin.observe((("model", model), ("origin", delay_origin)), total_s)
         for name, seconds in parts.items():

@@ -55,7 +55,8 @@ class GatewayPollers:
                                   "Failed predictions by model, version ('none' before routing) and class "
                                   "(contract, upstream, timeout, unavailable).")
         self.m_latency = r.histogram("modelops_gateway_request_duration_seconds",
-                                     "Prediction latency inside the gateway by model and version.")
+                                     "Prediction latency inside the gateway by model, version and source "
+                                     "(online: scored by Triton; precomputed: from a snapshot).")
         self.m_latency_origin = r.histogram("modelops_gateway_request_duration_by_origin_seconds",
                                             "Prediction latency by model and delay origin (the part with the "
                                             "most time: gateway, feature_lookup, triton_queue, triton_compute).")
