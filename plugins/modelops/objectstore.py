@@ -120,6 +120,19 @@ class ObjectStore:
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("list", prefix, exc) from exc
 
+    def list_tagged(self, prefix: str) -> Iterator[tuple[str, str]]:
+        """``(key, tag)`` of every object under ``prefix``; the tag (ETag and last-modified) changes on a rewrite."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        paginator = self.client.get_paginator("list_objects_v2")
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=prefix):
+                for obj in page.get("Contents", []):
+                    etag = str(obj.get("ETag", "")).strip('"')
+                    yield str(obj["Key"]), f"{etag}@{obj.get('LastModified', '')}"
+        except (ClientError, BotoCoreError) as exc:
+            raise self._fail("list", prefix, exc) from exc
+
     def delete(self, key: str) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 

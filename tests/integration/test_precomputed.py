@@ -25,12 +25,13 @@ import requests
 from modelops.config import Settings
 from modelops.errors import ServingError
 from modelops.example.tables import FeatureLookup, publish_feature_tables
+from modelops.gateway.precomputed import PrecomputedScores
 from modelops.gateway.routes import routes_key, serialize_routes
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.jobs.precompute_tasks import Champion, precompute, publish_snapshot
 from modelops.objectstore import ObjectStore
 from modelops.records import LOG_PREFIXES
-from modelops.serving.precompute import PRECOMPUTED_PREFIX, population, snapshot_name
+from modelops.serving.precompute import PRECOMPUTED_PREFIX, manifest_key, population, scores_key, snapshot_name
 from modelops.serving.triton import TritonClient
 from modelops.stack.process import free_port
 from tests.integration.test_gateway import GatewayProcess, _log_rows, direct_scores, gateway_env, routes_doc
@@ -269,3 +270,33 @@ def test_a_stale_snapshot_is_not_served(gateway: GatewayProcess, served: Served)
     row = pop.user_ids.index("u_0001") * COVERED_ITEMS
     assert fresh.json()["scores"] == [float(v) for v in scores[row:row + len(wanted)]]  # what the snapshot holds
     assert same_scores(fresh.json()["scores"], answer.json()["scores"])
+
+
+def test_a_rewritten_manifest_is_read_again_and_a_deleted_one_forgotten(object_store: ObjectStore) -> None:
+    """The gateway's manifest cache (real object store, no gateway process): keyed on the listed ETag."""
+    model = f"pccache_{RUN}"
+    routes = [routes_doc(model, 1, 1, None, 0.0)]
+    champion = Champion(model, 1, routes[0].stable.sha256, 1)
+    pop = population(["u1", "u2"], ["i1", "i2"])
+    scores = np.array([0.1, 0.2, 0.3, 0.4], dtype=np.float32)
+    first, second = "20261201T060000Z", "20261201T070000Z"
+    cache = PrecomputedScores(object_store, max_age_s=7200)
+    key = (model, 1, champion.sha256)
+    try:
+        publish_snapshot(object_store, champion, first, "f1", pop, scores, datetime.now(UTC) - timedelta(hours=3))
+        assert cache.refresh(routes)
+        assert cache.loaded[key].manifest.age_s(time.time()) > 7200
+        assert not cache.refresh(routes)  # nothing rewritten: nothing reloaded
+        # a re-run of the same interval rewrites the same keys: read again (before: the stale one stayed)
+        publish_snapshot(object_store, champion, first, "f1", pop, scores + 1, datetime.now(UTC))
+        assert cache.refresh(routes)
+        assert cache.loaded[key].manifest.age_s(time.time()) < 600
+        assert cache.loaded[key].scores_of("u2", ["i1"]).tolist() == [np.float32(1.3)]
+        publish_snapshot(object_store, champion, second, "f1", pop, scores, datetime.now(UTC))
+        object_store.delete(manifest_key(model, 1, first))
+        cache.refresh(routes)
+        assert list(cache._manifests) == [manifest_key(model, 1, second)]  # the deleted key is dropped
+    finally:
+        for name in (first, second):
+            object_store.delete(manifest_key(model, 1, name))
+            object_store.delete(scores_key(model, 1, name))

@@ -111,7 +111,9 @@ class PrecomputedScores:
         self.store = store
         self.max_age_s = max_age_s
         self.loaded: dict[Key, LoadedScores] = {}
-        self._manifests: dict[str, Manifest | None] = {}  # key -> parsed (None: unusable, counted once)
+        # key -> (tag as listed, parsed; None: unusable, counted once). A rewrite (a re-run of the same
+        # interval) changes the tag and is re-read; a key no longer listed is dropped.
+        self._manifests: dict[str, tuple[str, Manifest | None]] = {}
         self.errors = 0
         self.m_age: Family | None = None
         self.m_source: Family | None = None
@@ -135,12 +137,14 @@ class PrecomputedScores:
         """
         wanted: set[Key] = set()
         manifests: list[Manifest] = []
+        listed: set[str] = set()
         for r in routes:
             for ref in (r.stable, r.canary):
                 if ref is None:
                     continue
                 wanted.add((r.model, ref.version, ref.sha256))
-                manifests.extend(self._manifests_of(r.model, ref.version))
+                manifests.extend(self._manifests_of(r.model, ref.version, listed))
+        self._manifests = {k: v for k, v in self._manifests.items() if k in listed}  # bounded by what is listed
         newest = newest_by_version(manifests)
         current = self.loaded
         updated: dict[Key, LoadedScores] = {}
@@ -171,24 +175,28 @@ class PrecomputedScores:
         self.loaded = updated  # one assignment: a request sees the old or the new set, never half
         return changed
 
-    def _manifests_of(self, model: str, version: int) -> list[Manifest]:
+    def _manifests_of(self, model: str, version: int, listed: set[str]) -> list[Manifest]:
+        """The version's manifests; adds their keys to ``listed``. A manifest is read again when its tag changes."""
         prefix = f"{PRECOMPUTED_PREFIX}{model}/v={version}/"
         try:
-            keys = [k for k in self.store.list_keys(prefix) if parse_manifest_key(k) is not None]
+            keys = [(k, tag) for k, tag in self.store.list_tagged(prefix) if parse_manifest_key(k) is not None]
         except ObjectStoreError as exc:
             self.errors += 1
             log.warning("precomputed snapshots of %s v%d not listed: %s", model, version, exc)
             return []
         found: list[Manifest] = []
-        for key in keys:
-            if key not in self._manifests:
+        for key, tag in keys:
+            listed.add(key)
+            cached = self._manifests.get(key)
+            if cached is None or cached[0] != tag:
                 try:
-                    self._manifests[key] = load_manifest(self.store.get_bytes(key), key)
+                    cached = (tag, load_manifest(self.store.get_bytes(key), key))
                 except (ContractError, ObjectStoreError) as exc:
                     self.errors += 1
-                    self._manifests[key] = None
+                    cached = (tag, None)
                     log.warning("precomputed manifest %s unusable: %s", key, exc)
-            manifest = self._manifests[key]
+                self._manifests[key] = cached
+            manifest = cached[1]
             if manifest is not None:
                 found.append(manifest)
         return found
