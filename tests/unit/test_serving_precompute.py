@@ -93,6 +93,19 @@ def test_newest_snapshot_per_version_and_build() -> None:
                       ("recommender", 3, "c" * 64): other_build}
 
 
+def test_retention_never_prunes_the_snapshot_the_gateway_serves() -> None:
+    """One ordering (the interval's name): a late re-run of an older interval neither serves nor survives."""
+    newer = manifest(snapshot="20261201T060000Z", created_at="2026-12-01T06:00:30Z")
+    rerun = manifest(snapshot="20261130T060000Z", created_at="2026-12-01T07:30:00Z")  # completed last
+    older = [manifest(snapshot=f"2026112{d}T060000Z", created_at=f"2026-11-2{d}T06:00:30Z") for d in range(5, 9)]
+    everything = [newer, rerun, *older]
+    served = newest_by_version(everything)[("recommender", 3, SHA)]
+    assert served == newer
+    pruned = prunable([manifest_key(m.model, m.version, m.snapshot) for m in everything], 1)
+    assert (served.model, served.version, served.snapshot) not in pruned
+    assert len(pruned) == len(everything) - 1
+
+
 def test_only_the_routed_version_on_the_served_features_and_fresh_may_serve() -> None:
     m = manifest()  # complete at 06:00:41, NOW is 07:00
     assert servable(m, version=3, sha256=SHA, feature_snapshot="f1", now=NOW, max_age_s=7200) == ""

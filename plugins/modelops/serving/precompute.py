@@ -189,12 +189,16 @@ def serialize_manifest(manifest: Manifest) -> bytes:
 
 
 def newest_by_version(manifests: Iterable[Manifest]) -> dict[tuple[str, int, str], Manifest]:
-    """Per ``(model, version, sha256)`` the newest snapshot (latest ``created_at``, then name)."""
+    """Per ``(model, version, sha256)`` the newest snapshot: the latest interval (its name), as :func:`prunable`.
+
+    One ordering for both, so the retention never deletes the snapshot a gateway serves; a late
+    re-run of an older interval (newer ``created_at``) does not displace a newer interval.
+    """
     newest: dict[tuple[str, int, str], Manifest] = {}
     for manifest in manifests:
         key = (manifest.model, manifest.version, manifest.sha256)
         current = newest.get(key)
-        if current is None or (manifest.created_at_s, manifest.snapshot) > (current.created_at_s, current.snapshot):
+        if current is None or (manifest.snapshot, manifest.created_at_s) > (current.snapshot, current.created_at_s):
             newest[key] = manifest
     return newest
 
@@ -262,7 +266,8 @@ def row_ranges(rows: int, batch_rows: int, max_batch: int) -> list[tuple[int, in
 
 
 def prunable(keys: Iterable[str], keep: int) -> list[tuple[str, int, str]]:
-    """``(model, version, snapshot)`` of the snapshots beyond the newest ``keep`` of each version (by name).
+    """``(model, version, snapshot)`` of the snapshots beyond the newest ``keep`` of each version (by name,
+    the ordering of :func:`newest_by_version`).
 
     Only snapshots with a manifest count; the newest ones (those a gateway may serve) are never listed.
 
