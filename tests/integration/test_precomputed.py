@@ -35,6 +35,7 @@ from modelops.serving.precompute import PRECOMPUTED_PREFIX, manifest_key, popula
 from modelops.serving.triton import TritonClient
 from modelops.stack.process import free_port
 from tests.integration.test_gateway import GatewayProcess, _log_rows, direct_scores, gateway_env, routes_doc
+from tests.support.stackops import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -104,17 +105,6 @@ def items(start: int, n: int) -> list[str]:
     return [f"i_{k:04d}" for k in range(start, start + n)]
 
 
-def wait_for(condition: Any, what: str, timeout_s: float = 30.0) -> Any:
-    """Poll ``condition`` (readiness, never a fixed sleep) until it returns something truthy."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        result = condition()
-        if result:
-            return result
-        time.sleep(0.1)
-    raise AssertionError(f"not within {timeout_s} s: {what}")
-
-
 def same_scores(got: list[float], want: list[float]) -> bool:
     """Equal float32 scores, up to 4 units in the last place: a batched kernel (numpy's matmul, onnxruntime)
     may round a row differently when it computes 2048 rows at once than when it computes 20."""
@@ -138,7 +128,7 @@ def test_covered_requests_are_precomputed_with_triton_scores_and_the_rest_online
         gateway: GatewayProcess, served: Served) -> None:
     summary = served.precompute(MODEL, 1, 1, datetime.now(UTC))
     assert summary["rows"] == 60 * COVERED_ITEMS and summary["version"] == 1
-    wait_for(lambda: snapshot_age(gateway, MODEL, 1) is not None, "the v1 snapshot is loaded")
+    wait_for(lambda: snapshot_age(gateway, MODEL, 1) is not None, 30, "the v1 snapshot is loaded")
     session = requests.Session()
     url = f"{gateway.url}/v1/models/{MODEL}/predict"
     covered = items(10, 20)
@@ -162,14 +152,23 @@ def test_covered_requests_are_precomputed_with_triton_scores_and_the_rest_online
         assert online.json()["scores"] == served.expected(MODEL, 1, user, wanted), why  # same call shape: exact
     explained = session.post(f"{url}?explain=true&top_k=3", json=body("u_0003", covered), timeout=30)
     assert explained.status_code == 200 and explained.headers["X-Prediction-Source"] == "online"
+    # after online calls (Triton statistics exist) a hit still calls no Triton: no Triton part in its delay split
+    again = session.post(url, json=body("u_0004", covered), timeout=30)
+    assert again.headers["X-Prediction-Source"] == "precomputed"
+    assert again.headers["X-Inference-Latency"] == "0.000"
+    assert "triton_queue;dur=0.000" in again.headers["Server-Timing"], again.headers["Server-Timing"]
+    assert "triton_compute;dur=0.000" in again.headers["Server-Timing"], again.headers["Server-Timing"]
     metrics = requests.get(f"{gateway.url}/metrics", timeout=5).text
+    for source in ("precomputed", "online"):  # the canary's latency gate reads source="online" only
+        assert (f'modelops_gateway_request_duration_seconds_count{{model="{MODEL}",version="1",'
+                f'source="{source}"}}') in metrics, source
     for source, reason in (("precomputed", ""), ("online", "items"), ("online", "explain")):
         assert (f'modelops_gateway_prediction_source_total{{model="{MODEL}",version="1",source="{source}",'
                 f'reason="{reason}"}}') in metrics, (source, reason)
     # the scored samples of a precomputed answer are logged as for an online one (features + scores)
     day = datetime.now(UTC).date().isoformat()
     rows = wait_for(lambda: _log_rows(served.store, f"{LOG_PREFIXES['scored_samples']}/dt={day}", "request_id",
-                                      {rid}), "the precomputed answer's scored samples are uploaded")
+                                      {rid}), 30, "the precomputed answer's scored samples are uploaded")
     assert sorted((r["item_index"], r["score"]) for r in rows) == list(enumerate(document["scores"]))
     assert all(r["user_age_days"] is not None for r in rows)
 
@@ -177,7 +176,7 @@ def test_covered_requests_are_precomputed_with_triton_scores_and_the_rest_online
 def test_only_the_routed_versions_snapshot_serves_across_a_promotion_and_a_rollback(
         gateway: GatewayProcess, served: Served) -> None:
     served.precompute(MODEL, 1, 1, datetime.now(UTC))
-    wait_for(lambda: snapshot_age(gateway, MODEL, 1) is not None, "the v1 snapshot is loaded")
+    wait_for(lambda: snapshot_age(gateway, MODEL, 1) is not None, 30, "the v1 snapshot is loaded")
     users = [f"u_{k:04d}" for k in range(0, 60, 6)]
     wanted = items(30, 8)
     expected = {v: {u: served.expected(MODEL, v, u, wanted) for u in users} for v in (1, 2)}
@@ -186,6 +185,8 @@ def test_only_the_routed_versions_snapshot_serves_across_a_promotion_and_a_rollb
     # scores
     stop = threading.Event()
 
+    failures: list[str] = []  # asserted in the main thread (an assert in a traffic thread would go unseen)
+
     def traffic(offset: int) -> None:
         session = requests.Session()
         k = offset
@@ -193,10 +194,16 @@ def test_only_the_routed_versions_snapshot_serves_across_a_promotion_and_a_rollb
             user = users[k % len(users)]
             k += 1
             sent = time.monotonic()
-            response = session.post(f"{gateway.url}/v1/models/{MODEL}/predict", json=body(user, wanted), timeout=30)
-            assert response.status_code == 200, response.text
-            answers.append((sent, time.monotonic(), response.json()["model_version"],
-                            response.headers["X-Prediction-Source"], user, response.json()["scores"]))
+            try:
+                response = session.post(f"{gateway.url}/v1/models/{MODEL}/predict", json=body(user, wanted),
+                                        timeout=30)
+                if response.status_code != 200:
+                    failures.append(f"{response.status_code}: {response.text[:200]}")
+                    continue
+                answers.append((sent, time.monotonic(), response.json()["model_version"],
+                                response.headers["X-Prediction-Source"], user, response.json()["scores"]))
+            except Exception as exc:  # reported by the main thread
+                failures.append(f"{type(exc).__name__}: {exc}")
 
     def applied(revision: int) -> float:
         view = requests.get(f"{gateway.url}/v1/routes", timeout=5).json()
@@ -205,28 +212,30 @@ def test_only_the_routed_versions_snapshot_serves_across_a_promotion_and_a_rollb
     def seen(version: int, source: str, after: float) -> bool:
         return any(a[2] == version and a[3] == source and a[0] > after for a in list(answers))
 
-    threads = [threading.Thread(target=traffic, args=(k,), daemon=True) for k in range(2)]
+    threads = [threading.Thread(target=traffic, args=(k,)) for k in range(2)]
     for thread in threads:
         thread.start()
     try:
-        wait_for(lambda: seen(1, "precomputed", 0.0), "v1 answered from its snapshot")
+        wait_for(lambda: seen(1, "precomputed", 0.0), 30, "v1 answered from its snapshot")
         # promotion: v2 becomes the stable version; it has no snapshot yet
         served.store.put_bytes(routes_key(MODEL), serialize_routes(routes_doc(MODEL, 2, 2, None, 0.0)))
-        promoted = wait_for(lambda: applied(2), "routes revision 2 applied")
+        promoted = wait_for(lambda: applied(2), 30, "routes revision 2 applied")
         wait_for(lambda: sum(1 for a in list(answers) if a[2] == 2 and a[0] > promoted) >= 10,
-                 "v2 answered online")
+                 30, "v2 answered online")
         v2_started = time.monotonic()
         served.precompute(MODEL, 2, 2, datetime.now(UTC))
-        wait_for(lambda: seen(2, "precomputed", v2_started), "v2 answered from its snapshot")
+        wait_for(lambda: seen(2, "precomputed", v2_started), 30, "v2 answered from its snapshot")
         # rollback: v1 again; its snapshot still exists and is fresh
         rollback_written = time.monotonic()
         served.store.put_bytes(routes_key(MODEL), serialize_routes(routes_doc(MODEL, 3, 1, None, 0.0)))
-        rolled_back = wait_for(lambda: applied(3), "routes revision 3 applied")
-        wait_for(lambda: seen(1, "precomputed", rolled_back), "v1 answered from its snapshot after the rollback")
+        rolled_back = wait_for(lambda: applied(3), 30, "routes revision 3 applied")
+        wait_for(lambda: seen(1, "precomputed", rolled_back), 30, "v1 answered from its snapshot after the rollback")
     finally:
         stop.set()
         for thread in threads:
             thread.join(timeout=30)
+    assert not any(thread.is_alive() for thread in threads), "a traffic thread did not stop"
+    assert failures == [], failures[:5]
     checked = list(answers)
     assert len(checked) >= 20
     for sent, received, version, source, user, scores in checked:
@@ -255,7 +264,7 @@ def test_a_stale_snapshot_is_not_served(gateway: GatewayProcess, served: Served)
     three_hours_ago = datetime.now(UTC) - timedelta(hours=3)
     publish_snapshot(served.store, champion, snapshot_name(three_hours_ago), served.feature_snapshot, pop, scores,
                      three_hours_ago)
-    age = wait_for(lambda: snapshot_age(gateway, STALE, 1), "the stale snapshot is loaded")
+    age = wait_for(lambda: snapshot_age(gateway, STALE, 1), 30, "the stale snapshot is loaded")
     assert age > 7200
     answer = requests.post(url, json=body("u_0001", wanted), timeout=30)
     assert answer.status_code == 200 and answer.headers["X-Prediction-Source"] == "online"
@@ -264,7 +273,7 @@ def test_a_stale_snapshot_is_not_served(gateway: GatewayProcess, served: Served)
     # the same scores, complete now: served (so staleness was the only reason)
     publish_snapshot(served.store, champion, snapshot_name(datetime.now(UTC)), served.feature_snapshot, pop, scores,
                      datetime.now(UTC))
-    wait_for(lambda: (age := snapshot_age(gateway, STALE, 1)) is not None and age < 600, "the fresh snapshot")
+    wait_for(lambda: (age := snapshot_age(gateway, STALE, 1)) is not None and age < 600, 30, "the fresh snapshot")
     fresh = requests.post(url, json=body("u_0001", wanted), timeout=30)
     assert fresh.headers["X-Prediction-Source"] == "precomputed"
     row = pop.user_ids.index("u_0001") * COVERED_ITEMS

@@ -334,17 +334,18 @@ class Gateway(GatewayPollers):
             timing.features_s = time.perf_counter() - started
         # Precomputed predictions: only a snapshot of exactly the routed version, on the served features
         # (modelops.gateway.precomputed); explain=true and anything not covered is scored online.
+        current = self.features.current  # read once: the snapshot the lookup checks is the one just used
         hit, why_online = (None, "explain") if query["explain"] else self.precomputed.lookup(
-            model, version, user_id, item_ids, self.features.current.snapshot if self.features.current else None,
-            time.time())
+            model, version, user_id, item_ids, current.snapshot if current else None, time.time())
         remaining = deadline_s - timing.total_s()
         explanations: list[dict[str, Any]] = []
         called = (model, version.version)
-        if hit is None:  # a precomputed answer calls no Triton
+        online = hit is None
+        if online:  # a precomputed answer calls no Triton: no call in flight, no Triton share of its delay
             self.triton_called[called] = time.monotonic()
-        timing.share = self.triton_delays.share(*called)
-        timing.calls_ahead = self.triton_in_flight.get(called, 0)
-        self.triton_in_flight[called] = timing.calls_ahead + 1
+            timing.share = self.triton_delays.share(*called)
+            timing.calls_ahead = self.triton_in_flight.get(called, 0)
+            self.triton_in_flight[called] = timing.calls_ahead + 1
         started = time.perf_counter()
         try:
             if remaining <= 0:
@@ -366,9 +367,10 @@ class Gateway(GatewayPollers):
             raise error(502, "triton_failed", str(exc)) from exc
         finally:
             ended = time.perf_counter()
-            timing.inference_s = ended - started
+            timing.inference_s = ended - started if online else 0.0
             timing.loop_lag_s = self.loop_lag.current(ended)
-            self.triton_in_flight[called] -= 1
+            if online:
+                self.triton_in_flight[called] -= 1
         now = time.time()
         token = issue_token(self.secret, TokenClaims(request_id, model, version.version, version.sha256[:12], now))
         variant = "canary" if routes.canary is not None and version == routes.canary else "stable"
