@@ -66,7 +66,7 @@ chmod 600 "$WORK/env"
 # A clean environment for Compose: the caller's variables (MODELOPS_*, ...) would win over the env file.
 compose() { env -i PATH="$PATH" HOME="$HOME" ${DOCKER_HOST:+DOCKER_HOST=$DOCKER_HOST} "$COMPOSE" -p "$PROJECT" --env-file "$WORK/env" -f docker-compose.yml -f docker-compose.test.yml "$@"; }
 log "up -d --wait"
-compose up -d --wait --wait-timeout "${COMPOSE_TEST_UP_TIMEOUT:-900}" --no-build
+compose up -d --wait --wait-timeout "${COMPOSE_TEST_UP_TIMEOUT:-900}" --no-build --scale gateway=3
 log "topology healthy; running the checks"
 # 1. From the host: what is published (and nothing else).
 ( set -a; . "$WORK/env"; set +a
@@ -89,7 +89,7 @@ MODELOPS_AIRFLOW_URL=http://airflow-api-server:8080
 MODELOPS_AIRFLOW_PASSWORD=$AIRFLOW_ADMIN_PASSWORD
 MODELOPS_BIND_HOST=gateway-lb
 MODELOPS_GATEWAY_PORT=8400
-MODELOPS_GATEWAY_URLS=http://gateway-1:8400,http://gateway-2:8400
+MODELOPS_GATEWAY_URLS=dns+http://gateway:8400
 MODELOPS_SPARK_MASTER=spark://spark-master:7077
 MODELOPS_PROMETHEUS_URL=http://prometheus:9090
 MODELOPS_PUSHGATEWAY_URL=http://pushgateway:9091

@@ -24,9 +24,10 @@ from tests.compose.test_release_story import MODEL, STORY, _checkpoint
 pytestmark = pytest.mark.compose
 
 #: The scrape jobs of prometheus/prometheus.yml, each with its compose targets.
-JOBS = {"gateway": {"gateway-1:8400", "gateway-2:8400"}, "triton": {"triton:8002"},
-        "pushgateway": {"pushgateway:9091"}, "airflow": {"statsd-bridge:9102"},
+JOBS = {"triton": {"triton:8002"}, "pushgateway": {"pushgateway:9091"}, "airflow": {"statsd-bridge:9102"},
         "prometheus": {"localhost:9090"}, "alertmanager": {"alertmanager:9093"}}
+#: The gateway job's targets: every replica of the gateway service (dns_sd_configs), three in this test.
+GATEWAY_REPLICAS = 3
 
 
 @pytest.fixture(scope="module")
@@ -66,6 +67,10 @@ def test_the_canary_read_its_windows_through_promql(prometheus: str, compose_set
 
 def test_every_scrape_target_is_up(prometheus: str) -> None:
     deadline = time.monotonic() + 45.0  # a scrape may time out on a loaded host: the next one counts
+    from modelops.discovery import resolve_ipv4
+
+    replicas = {f"{address}:8400" for address in resolve_ipv4("gateway", 8400)}
+    assert len(replicas) == GATEWAY_REPLICAS, replicas
     down: list[str] = []
     while time.monotonic() < deadline:
         targets = requests.get(f"{prometheus}/api/v1/targets", params={"state": "active"},
@@ -73,7 +78,7 @@ def test_every_scrape_target_is_up(prometheus: str) -> None:
         seen: dict[str, set[str]] = {}
         for target in targets:
             seen.setdefault(target["labels"]["job"], set()).add(target["labels"]["instance"])
-        assert seen == JOBS
+        assert seen == {**JOBS, "gateway": replicas}
         down = [f"{t['labels']['job']} {t['scrapeUrl']}: {t['health']} {t.get('lastError', '')}"
                 for t in targets if t["health"] != "up"]
         if not down:

@@ -3,8 +3,8 @@
 Versions are trained and registered by ``train_and_register`` and released by ``model_release`` over
 the Airflow REST API (tasks run on the two Celery workers, airflow-worker; Spark jobs on spark-master and
 two spark-worker containers, whose executors read their inputs from the object store and share no disk
-with the Airflow workers); traffic goes through the load balancer (gateway-lb → gateway-1/2). Every result is read
-where a user reads it: MLflow stages, aliases and tags; Triton's served versions; the routes,
+with the Airflow workers); traffic goes through the load balancer (gateway-lb → 3 gateway replicas).
+Every result is read where a user reads it: MLflow stages, aliases and tags; Triton's served versions; the routes,
 ``ctr_cvr`` and ``drift.json`` in the object store. The tests run in order and share one model.
 """
 
@@ -33,6 +33,7 @@ TRAIN = {"hidden": "16", "max_iter": 25}
 CANARY = {"canary_steps": "50,100", "analysis_interval_s": 5, "min_requests": 20, "stable_grace_s": 4}
 DRIFTED = ("user_ctr_30d", "item_price", "user_sessions_7d")
 STORY: dict[str, Any] = {}
+GATEWAY_REPLICAS = 3  # docker/compose-test.sh: up --scale gateway=3
 RUNS: list[tuple[str, str]] = []  # (dag_id, run_id) of every run the story triggered: where its tasks ran
 
 
@@ -110,6 +111,13 @@ def _wait_gateways(cfg: Settings, predicate: Any, what: str, timeout_s: float = 
     raise AssertionError(f"gateways never reported {what}: {bodies}")
 
 
+def _replica_routes(cfg: Settings) -> dict[str, dict[str, Any]]:
+    """What every gateway replica (MODELOPS_GATEWAY_URLS=dns+http://gateway:8400, resolved now) serves for MODEL."""
+    urls = cfg.gateway_url_list
+    assert len(urls) == GATEWAY_REPLICAS, f"the gateway service resolves to {urls}"
+    return {url: requests.get(f"{url}/v1/routes", timeout=10).json()["models"][MODEL] for url in urls}
+
+
 def _wait_logs(store: ObjectStore, prefix: str, min_rows: int, timeout_s: float = 90.0) -> int:
     import io
 
@@ -169,6 +177,10 @@ def test_a_good_version_is_promoted_by_the_canary(
     assert new.stage == "Production" and "champion" in new.aliases
     assert old.stage == "Archived" and "champion" not in old.aliases
     assert _served(compose_settings) == [canary_tv]
+    # Every replica (discovered, not listed) serves the promoted routes.
+    for url, entry in _replica_routes(compose_settings).items():
+        assert (entry["revision"], entry["stable"]["version"], entry["canary"]) == (
+            routes.revision, canary_tv, None), url
     STORY.update(stable_version=version, stable_tv=canary_tv)
 
 
@@ -190,6 +202,15 @@ def test_a_faulty_version_is_rolled_back_with_its_mttr(
     assert status["mttr_s"] is not None and 0 < status["mttr_s"] < 60
     routes = _routes(object_store)
     assert (routes.stable.version, routes.canary, routes.canary_weight) == (STORY["stable_tv"], None, 0.0)
+    # The rollback counted as applied when the LAST of the three replicas applied it: its moment is the
+    # latest applied_at the replicas report for the rollback's routes revision.
+    replicas = _replica_routes(compose_settings)
+    assert {e["revision"] for e in replicas.values()} == {routes.revision}, replicas
+    written = datetime.fromisoformat(routes.updated_at).timestamp()
+    assert written >= status["rollback_requested_at"] - 1e-3, (routes.updated_at, status)
+    if written <= status["rollback_applied_at"]:  # these routes are the rollback's (no later rewrite)
+        last = max(datetime.fromisoformat(e["applied_at"]).timestamp() for e in replicas.values())
+        assert status["rollback_applied_at"] == pytest.approx(last, abs=1e-3), (replicas, status)
     registry = _registry()
     info = registry.get(MODEL, version)
     assert "challenger" not in info.aliases

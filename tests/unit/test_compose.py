@@ -60,14 +60,17 @@ def test_topology_has_every_component_with_health_checks() -> None:
     expected = {"postgres", "objectstore", "mlflow", "triton", "reconciler", "airflow-api-server",
                 "airflow-scheduler", "airflow-dag-processor", "airflow-triggerer", "airflow-worker", "redis",
                 "spark-master", "spark-worker",
-                "gateway-1", "gateway-2", "gateway-lb"} | one_shot
+                "gateway", "gateway-lb"} | one_shot
     assert expected <= set(services)
     for name in expected - one_shot:
         assert "healthcheck" in services[name], name
     assert "--model-control-mode=explicit" in services["triton"]["command"]
-    # Two gateway replicas, each addressable, each listed for the canary, both behind the balancer.
-    urls = services["airflow-scheduler"]["environment"]["MODELOPS_GATEWAY_URLS"].split(",")
-    assert urls == ["http://gateway-1:8400", "http://gateway-2:8400"]
-    assert set(services["gateway-lb"]["depends_on"]) == {"gateway-1", "gateway-2"}
+    # Gateway replicas of one service, one process each, discovered through the service's DNS name by the
+    # canary and the balancer (re-resolved at run time, so --scale needs no reload).
+    assert services["airflow-scheduler"]["environment"]["MODELOPS_GATEWAY_URLS"] == "dns+http://gateway:8400"
+    assert services["gateway"]["environment"]["MODELOPS_GATEWAY_WORKERS"] == "1"
+    assert services["gateway"]["deploy"]["replicas"] == "${GATEWAY_REPLICAS:-2}"
+    assert set(services["gateway-lb"]["depends_on"]) == {"gateway"}
     balancer = (ROOT / "docker" / "gateway-lb.conf").read_text()
-    assert "server gateway-1:8400;" in balancer and "server gateway-2:8400;" in balancer
+    assert "resolver 127.0.0.11 valid=5s" in balancer and "set $gateway_service gateway;" in balancer
+    assert "proxy_pass http://$gateway_service:8400;" in balancer

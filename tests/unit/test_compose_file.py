@@ -64,7 +64,8 @@ def test_only_the_gateway_lb_airflow_mlflow_and_grafana_are_published(production
     published = {name: [int(p["target"]) for p in svc.get("ports", [])]
                  for name, svc in production["services"].items() if svc.get("ports")}
     assert published == {name: [port] for name, port in PUBLISHED.items()}
-    for name in ("triton", "objectstore", "postgres", "spark-master", "spark-worker", "gateway-1", "gateway-2",
+    for name in ("triton", "objectstore", "postgres", "spark-master", "spark-worker", "gateway",
+                 "airflow-worker", "redis",
                  "prometheus", "pushgateway", "alertmanager", "alert-relay", "statsd-bridge"):
         assert not production["services"][name].get("ports"), name
 
@@ -93,7 +94,7 @@ def test_the_scheduled_dags_are_live_from_the_start(production: dict) -> None:
 
 def test_each_service_has_its_own_object_store_identity(production: dict) -> None:
     keys = {name: production["services"][name]["environment"]["AWS_ACCESS_KEY_ID"]
-            for name in ("airflow-scheduler", "mlflow", "gateway-1", "triton")}
+            for name in ("airflow-scheduler", "mlflow", "gateway", "triton")}
     keys["spark-worker"] = production["services"]["spark-worker"]["environment"]["MODELOPS_S3_ACCESS_KEY"]
     assert len(set(keys.values())) == 5, keys
 
@@ -129,7 +130,8 @@ def test_generated_secrets_are_mounted_only_where_they_are_read(production: dict
 
 
 def test_images_build_from_the_project_dockerfile(production: dict) -> None:
-    for name in ("mlflow", "airflow-scheduler", "gateway-1", "spark-master", "spark-worker", "objectstore"):
+    for name in ("mlflow", "airflow-scheduler", "airflow-worker", "gateway", "spark-master", "spark-worker",
+                 "objectstore"):
         service = production["services"][name]
         assert service["build"]["dockerfile"] == "docker/Dockerfile", name
         assert service.get("entrypoint") is None, name

@@ -41,14 +41,18 @@ def test_the_production_file_runs_the_official_images_pinned(services: dict) -> 
 
 def test_prometheus_scrapes_services_of_the_topology(services: dict) -> None:
     config = yaml.safe_load((PROJECT_ROOT / "prometheus" / "prometheus.yml").read_text())
-    jobs = {job["job_name"]: [t for sc in job["static_configs"] for t in sc["targets"]]
+    jobs = {job["job_name"]: [t for sc in job.get("static_configs", []) for t in sc["targets"]]
             for job in config["scrape_configs"]}
     assert {"gateway", "triton", "pushgateway", "airflow", "alertmanager"} <= set(jobs)
     for job, targets in jobs.items():
         for target in targets:
             host = target.rsplit(":", 1)[0]
             assert host == "localhost" or host in services, (job, target)
-    assert jobs["gateway"] == ["gateway-1:8400", "gateway-2:8400"]
+    # Every gateway replica, found through the service's DNS name (the canary resolves the same name).
+    (gateway_job,) = [j for j in config["scrape_configs"] if j["job_name"] == "gateway"]
+    assert jobs["gateway"] == [] and gateway_job["dns_sd_configs"] == [
+        {"names": ["gateway"], "type": "A", "port": 8400, "refresh_interval": "5s"}]
+    assert "gateway" in services
     airflow = services["airflow-scheduler"]["environment"]
     assert jobs["airflow"] == [f"{airflow['AIRFLOW__METRICS__STATSD_HOST']}:9102"]
     assert "9102" in services["statsd-bridge"]["command"]
@@ -72,7 +76,7 @@ def test_alertmanager_routes_every_alert_to_the_relay(services: dict) -> None:
 
 
 def test_the_platform_reads_promql_and_pushes_to_the_pushgateway(services: dict) -> None:
-    for name in ("airflow-scheduler", "airflow-triggerer", "airflow-api-server", "gateway-1", "gateway-2"):
+    for name in ("airflow-scheduler", "airflow-triggerer", "airflow-api-server", "airflow-worker", "gateway"):
         env = services[name]["environment"]
         assert env["MODELOPS_CANARY_METRICS"] == "prometheus", name
         assert env["MODELOPS_PROMETHEUS_URL"] == "http://prometheus:9090", name
