@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from typing import Any
 
 import numpy as np
 import pytest
 
-from modelops.gateway.inference import TritonFailed, TritonUnavailable, _parse_scores, _read_response
+from modelops.gateway.inference import TritonFailed, TritonHTTP, TritonUnavailable, _parse_scores, _read_response
 
 
 def _binary_answer(scores: np.ndarray) -> tuple[dict[str, str], bytes]:
@@ -58,3 +59,29 @@ def test_read_response_content_length_and_chunked() -> None:
     status, _, body = _read(b"HTTP/1.1 400 Bad Request\r\nTransfer-Encoding: chunked\r\n\r\n"
                             b"3\r\nabc\r\n2\r\nde\r\n0\r\n\r\n")
     assert (status, body) == (400, b"abcde")
+
+
+def test_request_head_is_cached_per_shape_and_the_tensor_bytes_are_fresh() -> None:
+    client = TritonHTTP("http://127.0.0.1:8300")
+
+    def parse(request: bytes) -> tuple[dict[str, str], dict[str, Any], bytes]:
+        head, _, rest = request.partition(b"\r\n\r\n")
+        fields = dict(line.split(": ", 1) for line in head.decode().split("\r\n")[1:])
+        size = int(fields["Inference-Header-Content-Length"])
+        assert int(fields["Content-Length"]) == len(rest)
+        return fields, json.loads(rest[:size]), rest[size:]
+
+    for n in (3, 10, 3):  # a shape seen before reuses its head, a new shape gets its own
+        for seed in (1, 2):
+            x = np.random.default_rng(seed).random((n, 128), dtype=np.float32)
+            fields, header, tensor = parse(client._request("m", 2, (("features", x),), "score"))
+            assert fields["Host"] == "127.0.0.1:8300"
+            assert header["inputs"] == [{"name": "features", "shape": [n, 128], "datatype": "FP32",
+                                         "parameters": {"binary_data_size": x.nbytes}}]
+            assert header["outputs"] == [{"name": "score", "parameters": {"binary_data": True}}]
+            assert tensor == x.tobytes()
+    assert len(client._heads) == 2
+    other = client._request("m", 3, (("features", x),), "score")
+    assert other.startswith(b"POST /v2/models/m/versions/3/infer HTTP/1.1\r\n")
+    ids = np.arange(4, dtype=np.int64)
+    assert b'"datatype":"INT64"' in client._request("m", 2, (("ids", ids),), "score")

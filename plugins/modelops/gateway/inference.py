@@ -69,6 +69,7 @@ class TritonHTTP:
         self.max_idle = max_idle
         self.connect_timeout_s = connect_timeout_s
         self._idle: deque[_Connection] = deque()
+        self._heads: dict[tuple[Any, ...], bytes] = {}  # request shape -> HTTP head + JSON header (bounded)
 
     async def _connect(self) -> _Connection:
         try:
@@ -122,6 +123,17 @@ class TritonHTTP:
 
     def _request(self, model: str, version: int, inputs: tuple[tuple[str, npt.NDArray[Any]], ...],
                  output: str) -> bytes:
+        """The whole HTTP request; its head and JSON header depend only on the shape, so they are cached."""
+        key = (model, version, output, *((name, data.shape, data.dtype.str) for name, data in inputs))
+        head = self._heads.get(key)
+        if head is None:
+            if len(self._heads) >= 1024:  # shapes are few (items per request); never unbounded
+                self._heads.clear()
+            head = self._heads[key] = self._head(model, version, inputs, output)
+        return b"".join((head, *(data.tobytes() for _, data in inputs)))
+
+    def _head(self, model: str, version: int, inputs: tuple[tuple[str, npt.NDArray[Any]], ...],
+              output: str) -> bytes:
         header = json.dumps({
             "inputs": [{"name": name, "shape": list(data.shape), "datatype": _DATATYPES[data.dtype.str],
                         "parameters": {"binary_data_size": data.nbytes}} for name, data in inputs],
@@ -135,7 +147,7 @@ class TritonHTTP:
             f"Inference-Header-Content-Length: {len(header)}\r\n"
             f"Content-Length: {size}\r\n\r\n"
         ).encode()
-        return b"".join((head, header, *(data.tobytes() for _, data in inputs)))
+        return head + header
 
     async def version_stats(self, model: str, version: int) -> dict[str, Any]:
         """Triton's statistics extension for one version (``GET /v2/models/{m}/versions/{v}/stats``).
