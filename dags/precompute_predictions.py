@@ -29,6 +29,9 @@ from airflow.sdk import Param, dag, get_current_context, task
         "model": Param("", type="string", description="One model to score; empty: every routed model."),
         "max_users": Param(0, type="integer", minimum=0, description="Active users to score (0: all)."),
         "max_items": Param(0, type="integer", minimum=0, description="Candidate items to score (0: all)."),
+        "max_pairs": Param(25_000_000, type="integer", minimum=0,
+                           description="Refuse a population above this many pairs (the gateway holds 4 bytes "
+                                       "per pair per routed version; 0: no bound)."),
         "batch_rows": Param(4096, type="integer", minimum=1,
                             description="Pairs per Triton call (at most the model's max_batch_size)."),
         "keep": Param(3, type="integer", minimum=1, description="Snapshots kept per version (older ones deleted)."),
@@ -53,7 +56,8 @@ def precompute_predictions() -> None:
         context = get_current_context()
         params = context["params"]
         return precompute(Champion(**champion), interval_start(context), max_users=int(params["max_users"]),
-                          max_items=int(params["max_items"]), batch_rows=int(params["batch_rows"]),
+                          max_items=int(params["max_items"]), max_pairs=int(params["max_pairs"]),
+                          batch_rows=int(params["batch_rows"]),
                           keep=int(params["keep"]))
 
     score_snapshot.expand(champion=resolve_champions())

@@ -25,6 +25,7 @@ import requests
 from modelops.config import Settings
 from modelops.errors import ServingError
 from modelops.example.tables import FeatureLookup, publish_feature_tables
+from modelops.gateway.metrics import Registry
 from modelops.gateway.precomputed import PrecomputedScores
 from modelops.gateway.routes import routes_key, serialize_routes
 from modelops.gateway.testing import feature_tables, write_test_model
@@ -288,7 +289,7 @@ def test_a_rewritten_manifest_is_read_again_and_a_deleted_one_forgotten(object_s
     champion = Champion(model, 1, routes[0].stable.sha256, 1)
     pop = population(["u1", "u2"], ["i1", "i2"])
     scores = np.array([0.1, 0.2, 0.3, 0.4], dtype=np.float32)
-    first, second = "20261201T060000Z", "20261201T070000Z"
+    first, second, third = "20261201T060000Z", "20261201T070000Z", "20261201T080000Z"
     cache = PrecomputedScores(object_store, max_age_s=7200)
     key = (model, 1, champion.sha256)
     try:
@@ -305,7 +306,15 @@ def test_a_rewritten_manifest_is_read_again_and_a_deleted_one_forgotten(object_s
         object_store.delete(manifest_key(model, 1, first))
         cache.refresh(routes)
         assert list(cache._manifests) == [manifest_key(model, 1, second)]  # the deleted key is dropped
+        # an unreadable manifest is counted once and exported; the loaded snapshot keeps serving
+        registry = Registry()
+        cache.register(registry)
+        object_store.put_bytes(manifest_key(model, 1, third), b"{")
+        assert not cache.refresh(routes) and not cache.refresh(routes)
+        cache.refresh_gauges(time.time())
+        assert "modelops_gateway_precomputed_refresh_errors 1" in registry.render()
+        assert cache.loaded[key].manifest.snapshot == second
     finally:
-        for name in (first, second):
+        for name in (first, second, third):
             object_store.delete(manifest_key(model, 1, name))
             object_store.delete(scores_key(model, 1, name))

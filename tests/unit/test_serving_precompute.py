@@ -125,6 +125,12 @@ def test_population_and_batches() -> None:
     assert pop.user_ids == ("u1", "u2") and pop.item_ids == ("i1", "i2") and pop.rows == 4
     with pytest.raises(ContractError, match="max_items=-1: must be >= 0"):
         population(["u1"], ["i1"], max_items=-1)
+    # the gateway's memory bound: 4 bytes per pair per routed version
+    assert population(["u1", "u2"], ["i1", "i2", "i3"], max_pairs=6).rows == 6
+    assert population(["u1", "u2"], ["i1", "i2", "i3"], max_items=2, max_pairs=4).rows == 4  # caps apply first
+    with pytest.raises(ContractError, match=r"max_pairs=5: 2 users x 3 items = 6 pairs exceed it.*example: max_users"):
+        population(["u1", "u2"], ["i1", "i2", "i3"], max_pairs=5)
+    assert population([f"u{k}" for k in range(6000)], [f"i{k}" for k in range(5000)], max_pairs=0).rows == 30_000_000
     assert row_ranges(10, 4, 0) == [(0, 4), (4, 8), (8, 10)]
     assert row_ranges(10, 4096, 3) == [(0, 3), (3, 6), (6, 9), (9, 10)]  # the model's max_batch_size caps a call
     assert row_ranges(0, 4, 0) == []

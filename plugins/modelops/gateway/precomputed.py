@@ -117,12 +117,16 @@ class PrecomputedScores:
         self.errors = 0
         self.m_age: Family | None = None
         self.m_source: Family | None = None
+        self.m_errors: Family | None = None
 
     def register(self, registry: Registry) -> None:
         """Add the age gauge and the source counter to the gateway's metrics."""
         self.m_age = registry.gauge(
             "modelops_gateway_precomputed_snapshot_age_seconds",
             "Seconds since the loaded precomputed snapshot of a routed version was complete, by model and version.")
+        self.m_errors = registry.gauge(
+            "modelops_gateway_precomputed_refresh_errors",
+            "Failed precomputed snapshot listings, manifest reads and score loads since start.")
         self.m_source = registry.counter(
             "modelops_gateway_prediction_source_total",
             "Answered predictions by model, version, source (precomputed, online) and why not precomputed "
@@ -218,7 +222,9 @@ class PrecomputedScores:
             self.m_source.inc((("model", model), ("version", str(version)), ("source", source), ("reason", reason)))
 
     def refresh_gauges(self, now: float) -> None:
-        """The age of each loaded snapshot (set at every scrape)."""
+        """The age of each loaded snapshot and the refresh errors (set at every scrape)."""
+        if self.m_errors is not None:
+            self.m_errors.set((), float(self.errors))
         if self.m_age is not None:
             self.m_age.values = {(("model", m), ("version", str(v))): s.manifest.age_s(now)
                                  for (m, v, _sha), s in self.loaded.items()}

@@ -26,6 +26,7 @@ import numpy.typing as npt
 from modelops.errors import ContractError, ServingError
 from modelops.objectstore import ObjectStore
 from modelops.serving.precompute import (
+    MAX_PAIRS,
     Manifest,
     Population,
     manifest_key,
@@ -159,8 +160,8 @@ def prune(store: ObjectStore, model: str, keep: int) -> int:
 
 
 def precompute(champion: Champion, interval_start: datetime, *, store: ObjectStore | None = None,
-               triton_url: str | None = None, max_users: int = 0, max_items: int = 0, batch_rows: int = 4096,
-               concurrency: int = 4, keep: int = 3) -> dict[str, Any]:
+               triton_url: str | None = None, max_users: int = 0, max_items: int = 0, max_pairs: int = MAX_PAIRS,
+               batch_rows: int = 4096, concurrency: int = 4, keep: int = 3) -> dict[str, Any]:
     """Score the served feature snapshot's users x items with ``champion`` and publish the snapshot.
 
     Idempotent per interval: the snapshot is named by ``interval_start``, so a re-run rewrites it.
@@ -168,6 +169,7 @@ def precompute(champion: Champion, interval_start: datetime, *, store: ObjectSto
     Returns a small summary (the manifest's location, version, rows, seconds).
 
     Raises:
+        ContractError: the population exceeds ``max_pairs``.
         ObjectStoreError: the feature tables or the upload failed.
         ServingError: Triton refused or is unreachable.
     """
@@ -181,7 +183,7 @@ def precompute(champion: Champion, interval_start: datetime, *, store: ObjectSto
     users, items, feature_snapshot = load_feature_tables(store)
     lookup = FeatureLookup.from_frames(users, items, feature_names(load_features()))
     pop = population(users["user_id"].astype(str).tolist(), items["item_id"].astype(str).tolist(),
-                     max_users=max_users, max_items=max_items)
+                     max_users=max_users, max_items=max_items, max_pairs=max_pairs)
     snapshot = snapshot_name(interval_start)
     try:
         scores = asyncio.run(score_pairs(triton_url, champion, lookup, pop, batch_rows=batch_rows,

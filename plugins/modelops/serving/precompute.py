@@ -234,20 +234,32 @@ class Population:
         return len(self.user_ids) * len(self.item_ids)
 
 
+MAX_PAIRS = 25_000_000
+"""Default bound of one snapshot's pairs: the gateway holds each routed version's snapshot as a dense
+float32 table (4 bytes per pair, plus about 100 bytes per user and item id), so 25 M pairs is about
+100 MB of gateway memory per routed version."""
+
+
 def population(user_ids: Sequence[str], item_ids: Sequence[str], *, max_users: int = 0,
-               max_items: int = 0) -> Population:
+               max_items: int = 0, max_pairs: int = MAX_PAIRS) -> Population:
     """The active users x candidate items: ids de-duplicated and sorted, each capped (0: no cap).
 
     Raises:
-        ContractError: a negative cap.
+        ContractError: a negative cap, or more than ``max_pairs`` pairs after the caps (0: no bound).
     """
-    for name, cap in (("max_users", max_users), ("max_items", max_items)):
+    for name, cap in (("max_users", max_users), ("max_items", max_items), ("max_pairs", max_pairs)):
         if cap < 0:
             raise ContractError(f"{name}={cap}: must be >= 0 (0: no limit; example: 1000)")
     users = sorted({str(u) for u in user_ids})
     items = sorted({str(i) for i in item_ids})
-    return Population(tuple(users[:max_users] if max_users else users),
-                      tuple(items[:max_items] if max_items else items))
+    pop = Population(tuple(users[:max_users] if max_users else users),
+                     tuple(items[:max_items] if max_items else items))
+    if max_pairs and pop.rows > max_pairs:
+        raise ContractError(
+            f"max_pairs={max_pairs}: {len(pop.user_ids)} users x {len(pop.item_ids)} items = {pop.rows} pairs "
+            f"exceed it (the gateway holds 4 bytes per pair per routed version); cap max_users or max_items, "
+            f"or raise max_pairs (example: max_users=100000, max_items=200)")
+    return pop
 
 
 def row_ranges(rows: int, batch_rows: int, max_batch: int) -> list[tuple[int, int]]:
