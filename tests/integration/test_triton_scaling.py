@@ -17,7 +17,7 @@ import subprocess
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ from modelops.gateway.testing import write_test_model
 from modelops.serving.scaler import audit_path_of, instance_count, parse_metrics, read_audit, scrape
 from modelops.serving.scaling import window_load
 from modelops.serving.triton import TritonClient
+from tests.support.stackops import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -113,16 +114,6 @@ def queue_ms(metrics_url: str, seconds: float) -> float:
     return load.queue_ms
 
 
-def wait_for(what: str, check: Callable[[], Any], timeout_s: float) -> Any:
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = check()
-        if value:
-            return value
-        time.sleep(0.25)
-    raise AssertionError(f"timed out after {timeout_s:.0f} s waiting for {what}")
-
-
 def changes(cfg: Settings, since: float) -> list[dict[str, Any]]:
     """The audit records of the test model written after ``since`` (epoch seconds)."""
     return [r for r in read_audit(audit_path_of(cfg))
@@ -146,16 +137,16 @@ def test_controller_scales_up_under_load_and_down_after_the_cooldown(
     metrics_url, since = stack_settings.triton_metrics_url, time.time()
     assert instance_count(served.model_config(MODEL)) == 1
     with Load(served.base_url) as load:
-        wait_for("the first requests", lambda: load.done >= CLIENTS, 60)
+        wait_for(lambda: load.done >= CLIENTS, 60, "the first requests")
         one_instance_ms = queue_ms(metrics_url, 3.0)
         with controller(stack_settings, tmp_path / "scale.log") as proc:
-            top = wait_for("3 instances", lambda: [r for r in changes(stack_settings, since) if r["to"] == 3], 90)[0]
+            top = wait_for(lambda: [r for r in changes(stack_settings, since) if r["to"] == 3], 90, "3 instances")[0]
             assert instance_count(served.model_config(MODEL)) == 3
             three_instances_ms = queue_ms(metrics_url, 3.0)
             load.stop.set()
             stopped_at = time.time()
-            wait_for("1 instance again", lambda: [r for r in changes(stack_settings, since)
-                                                  if r["to"] == 1 and r["from"] == 2], 90)
+            wait_for(lambda: [r for r in changes(stack_settings, since) if r["to"] == 1 and r["from"] == 2], 90,
+                     "1 instance again")
             assert proc.poll() is None, (tmp_path / "scale.log").read_text()[-2000:]
     log = changes(stack_settings, since)
     print(f"queue ms/request: {one_instance_ms:.0f} on 1 instance, {three_instances_ms:.0f} on 3; changes "
