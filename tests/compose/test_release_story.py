@@ -37,6 +37,11 @@ GATEWAY_REPLICAS = 3  # docker/compose-test.sh: up --scale gateway=3
 RUNS: list[tuple[str, str]] = []  # (dag_id, run_id) of every run the story triggered: where its tasks ran
 
 
+CANARY_RELEASE_S = 900
+"""How long a release with a canary under traffic may take: its windows resume through the Celery workers,
+and at load 10-17 on 2 cores one took over 600 s (a quiet machine: ~4 min). The traffic lasts as long."""
+
+
 def _today() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%d")
 
@@ -44,9 +49,9 @@ def _today() -> str:
 def _traffic_spec(n: int, seed: int, rate: float = 40.0) -> Any:
     from modelops.traffic.simulation import Behaviour, TrafficSpec
 
-    return TrafficSpec(model=MODEL, rate=rate, max_requests=n, max_seconds=600.0, n_users=400, n_items=400,
-                       items_per_request=(2, 6), id_width=6, default=Behaviour(0.3, 0.4, 0.2), per_version={},
-                       concurrency=8, seed=seed)
+    return TrafficSpec(model=MODEL, rate=rate, max_requests=n, max_seconds=float(CANARY_RELEASE_S), n_users=400,
+                       n_items=400, items_per_request=(2, 6), id_width=6, default=Behaviour(0.3, 0.4, 0.2),
+                       per_version={}, concurrency=8, seed=seed)
 
 
 def _run_traffic(cfg: Settings, n: int, seed: int) -> Any:
@@ -165,7 +170,7 @@ def test_a_good_version_is_promoted_by_the_canary(
     version = _train(airflow, seed=8)
     with BackgroundTraffic(_traffic_spec(10**6, seed=2), compose_settings.gateway_url):
         run_id = _release(airflow, version)
-        state = airflow.wait("model_release", run_id, timeout_s=600)
+        state = airflow.wait("model_release", run_id, timeout_s=CANARY_RELEASE_S)
     assert state == "success", _states(airflow, "model_release", run_id)
     canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
     status = _checkpoint(object_store, canary_tv)
@@ -193,7 +198,7 @@ def test_a_faulty_version_is_rolled_back_with_its_mttr(
     version = _train(airflow, seed=9, variant="faulty-errors", error_rate=0.3)
     with BackgroundTraffic(_traffic_spec(10**6, seed=3), compose_settings.gateway_url):
         run_id = _release(airflow, version)
-        state = airflow.wait("model_release", run_id, timeout_s=600)
+        state = airflow.wait("model_release", run_id, timeout_s=CANARY_RELEASE_S)
     states = _states(airflow, "model_release", run_id)
     assert state == "failed" and states["canary_to_approval"] == "failed", states
     canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
