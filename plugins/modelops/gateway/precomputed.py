@@ -80,8 +80,13 @@ class LoadedScores:
         users, items = codes
         dense = np.full((len(names[0]), len(names[1])), np.nan, dtype=np.float32)
         flat = users * len(names[1]) + items
-        if len(np.unique(flat)) != len(flat):
-            raise ContractError(f"{manifest.scores_key}: a (user_id, item_id) pair appears more than once")
+        unique, counts = np.unique(flat, return_counts=True)
+        if len(unique) != len(flat):
+            first = int(np.argmax(counts > 1))
+            user, item = divmod(int(unique[first]), len(names[1]))
+            raise ContractError(f"{manifest.scores_key}: a (user_id, item_id) pair appears more than once "
+                                f"(each pair once; example: user_id={names[0][user]!r}, item_id={names[1][item]!r} "
+                                f"appears {int(counts[first])} times)")
         dense.reshape(-1)[flat] = table.column("score").to_numpy().astype(np.float32)
         return cls(manifest, {u: k for k, u in enumerate(names[0])}, {i: k for k, i in enumerate(names[1])}, dense)
 
