@@ -22,7 +22,8 @@ from typing import Any
 import pendulum
 from airflow.sdk import Param, dag, get_current_context, task
 
-from modelops.canary.operator import CanaryOperator, ReleaseApproval
+from modelops.canary.approval import ReleaseApproval
+from modelops.canary.operator import CanaryOperator
 from modelops.canary.params import extra_param_names
 from modelops.canary.retire import DEFAULT_STABLE_GRACE_S, RetirePreviousStable
 from modelops.canary.spec import CanarySpec, describe
@@ -114,8 +115,10 @@ def model_release() -> None:
     resumable = {"retries": 3, "retry_delay": timedelta(seconds=2)}
     canary = CanaryOperator(task_id="canary_to_approval", candidate=candidate, published=published,
                             stage="to_approval", **resumable)
+    # The approval's retries carry an earlier try's answer over (the same scheduler race, when a
+    # person answers within a second or two of the asking); see modelops.canary.approval.
     approval = ReleaseApproval(
-        task_id="approve_full_rollout",
+        task_id="approve_full_rollout", **resumable,
         subject="Promote {{ params.model }} to 100%?",
         body="The canary passed every analysed step and waits at its last weight. Approve to promote "
              "(100%, MLflow Production + champion); Reject to roll back. Analyses: `canary_to_approval` log.",

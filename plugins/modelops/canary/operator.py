@@ -11,9 +11,9 @@ pause, resume) and defers again, or ends: promoted → success; rolled back / ab
 to the summary (phase, final weight, reason, MTTR) through the REST API.
 
 With ``stage="to_approval"`` the operator also returns when the release waits for
-approval at its last analysed step; :class:`ReleaseApproval` (the standard provider's
-``ApprovalOperator``) asks a person, and ``stage="finish"`` applies the approval and
-takes the release to its end.
+approval at its last analysed step; :class:`~modelops.canary.approval.ReleaseApproval`
+(the standard provider's ``ApprovalOperator``) asks a person, and ``stage="finish"``
+applies the approval and takes the release to its end.
 
 After a promotion :class:`modelops.canary.retire.RetirePreviousStable` retires the previous
 stable version after its grace period.
@@ -26,11 +26,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from airflow.providers.standard.operators.hitl import ApprovalOperator
 from airflow.sdk import BaseOperator
-from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+from airflow.sdk.exceptions import AirflowFailException
 
-from modelops.canary.actions import AbortCommand, ApproveCommand
+from modelops.canary.actions import ApproveCommand
 from modelops.canary.control import control_key, parse_control
 from modelops.canary.params import spec_from_params
 from modelops.canary.runner import Release, Runner, VersionRef
@@ -359,39 +358,3 @@ def finish(context: Any, status: CanaryStatus, log: Any) -> dict[str, Any]:
     if status.phase in (Phase.ROLLED_BACK, Phase.ABORTED):
         raise AirflowFailException(f"canary {status.phase.value}: {status.reason}")
     return result
-
-
-class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
-    """The standard provider's approval, asked only when the canary waits for it.
-
-    Skipped (and the release goes on to ``canary_finish``) when the canary task ended
-    without waiting; a rejection aborts the release (rolled back) and fails the task.
-    """
-
-    def __init__(self, *, canary_task_id: str = "canary_to_approval", **kwargs: Any) -> None:
-        super().__init__(**kwargs)
-        self.canary_task_id = canary_task_id
-
-    def execute(self, context: Any) -> Any:
-        state = context["ti"].xcom_pull(task_ids=self.canary_task_id) or {}
-        if state.get("phase") != Phase.WAITING_APPROVAL.value:
-            raise AirflowSkipException(f"no approval needed (canary {state.get('phase', 'n/a')})")
-        return super().execute(context)
-
-    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        result = super().execute_complete(context=context, event=event)
-        if result["chosen_options"][0] == self.APPROVE:
-            return result
-        candidate = context["ti"].xcom_pull(task_ids="resolve_candidate")
-        published = context["ti"].xcom_pull(task_ids="publish")
-        wiring = wire(candidate, published, spec_from_params(context["params"]))
-        if wiring.runner is not None:
-            from modelops.cockpit.record import Control
-
-            by, at = responder(result)
-            status = wiring.runner.resume()
-            status = wiring.runner.handle(AbortCommand(by, "rejected at approval"))
-            record_release(context, wiring, candidate, status, log=self.log,
-                           control=Control("reject", by, at or time.time(), time.time()))
-            finish(context, status, self.log)
-        raise AirflowFailException("release rejected at approval")

@@ -1,0 +1,137 @@
+"""The release's approval step: the standard provider's ``ApprovalOperator``, asked only when the
+canary waits for it, with an answer given to an earlier try carried over to a retry.
+
+Why the carry-over. Airflow 3.3.2's scheduler can fail an approval that a person answers within a
+second or two of its asking: the parked try's worker exits with "success", the answer re-queues the
+task at once, and when the scheduler drains that stale "success" after the task is already *queued*
+it fails the task as "state changed externally" (apache/airflow#67287; 3.3.2 only guards the
+*scheduled* case). The approval step therefore has retries, and a retry first reads the earlier tries
+of the same task through Airflow's REST API (``.../hitlDetails/tries/{n}``): an answer found there is
+used as if it had just arrived, so the person is never asked twice for one decision. Without an
+answer (or without the API) the retry asks again, as the first try did. Only the answer of a try
+that did not succeed is carried over: a person who clears an approval that went through wants to be
+asked again.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from typing import Any
+from urllib.parse import quote
+
+from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
+
+from modelops.canary.actions import AbortCommand
+from modelops.canary.status import Phase
+
+log = logging.getLogger(__name__)
+
+
+def answer_event(detail: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The resume event of an answered HITL detail (as the REST API returns it), else None.
+
+    The same shape as Airflow's own ``as_resume_event_payload``: ``responded_at`` a ``datetime``.
+    A try that succeeded (and was then cleared) gives no event.
+    """
+    if not detail.get("response_received") or not detail.get("chosen_options"):
+        return None
+    if (detail.get("task_instance") or {}).get("state") == "success":
+        return None
+    at = detail.get("responded_at")
+    responded_at = datetime.fromisoformat(at) if isinstance(at, str) else at
+    if not isinstance(responded_at, datetime):
+        return None
+    return {
+        "chosen_options": list(detail["chosen_options"]),
+        "params_input": dict(detail.get("params_input") or {}),
+        "responded_at": responded_at,
+        "responded_by_user": detail.get("responded_by_user"),
+        "timedout": False,
+    }
+
+
+def earlier_answer(fetch: Callable[[int], Mapping[str, Any]], try_number: int) -> dict[str, Any] | None:
+    """The newest answered earlier try's resume event (tries ``try_number-1`` down to 1), else None.
+
+    ``fetch(n)`` returns try ``n``'s HITL detail; a try that cannot be read (never asked, or the
+    API refused) is passed over.
+    """
+    for number in range(try_number - 1, 0, -1):
+        try:
+            event = answer_event(fetch(number))
+        except Exception as exc:  # an unreadable try is not an answer
+            log.info("approval try %d not readable: %s", number, exc)
+            continue
+        if event is not None:
+            return event
+    return None
+
+
+def hitl_try_path(dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
+    return (f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+            f"{quote(task_id, safe='')}/{map_index}/hitlDetails/tries/{try_number}")
+
+
+class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
+    """The standard provider's approval, asked only when the canary waits for it.
+
+    Skipped (and the release goes on to ``canary_finish``) when the canary task ended
+    without waiting; a rejection aborts the release (rolled back) and fails the task. A retry
+    uses an earlier try's answer when there is one (see the module's docstring).
+    """
+
+    def __init__(self, *, canary_task_id: str = "canary_to_approval", **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.canary_task_id = canary_task_id
+
+    def execute(self, context: Any) -> Any:
+        ti = context["ti"]
+        state = ti.xcom_pull(task_ids=self.canary_task_id) or {}
+        if state.get("phase") != Phase.WAITING_APPROVAL.value:
+            raise AirflowSkipException(f"no approval needed (canary {state.get('phase', 'n/a')})")
+        if ti.try_number > 1:
+            event = self._earlier_answer(context)
+            if event is not None:
+                self.log.info("try %d: the approval was answered in an earlier try (%s by %s); not asking again",
+                              ti.try_number, event["chosen_options"], event.get("responded_by_user"))
+                return self.execute_complete(context, event)
+        return super().execute(context)
+
+    def _earlier_answer(self, context: Any) -> dict[str, Any] | None:
+        from modelops.airflow_client import client_from_settings
+
+        ti = context["ti"]
+        try:
+            client = client_from_settings()
+        except Exception as exc:  # no API credentials here: ask again
+            self.log.warning("cannot read the earlier approval tries (%s); asking again", exc)
+            return None
+        return earlier_answer(
+            lambda n: client.request("GET", hitl_try_path(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, n)),
+            ti.try_number)
+
+    def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
+        from modelops.canary.operator import finish, wire
+        from modelops.canary.params import spec_from_params
+        from modelops.cockpit.recording import record_release, responder
+
+        result = super().execute_complete(context=context, event=event)
+        if result["chosen_options"][0] == self.APPROVE:
+            return result
+        candidate = context["ti"].xcom_pull(task_ids="resolve_candidate")
+        published = context["ti"].xcom_pull(task_ids="publish")
+        wiring = wire(candidate, published, spec_from_params(context["params"]))
+        if wiring.runner is not None:
+            from modelops.cockpit.record import Control
+
+            by, at = responder(result)
+            status = wiring.runner.resume()
+            status = wiring.runner.handle(AbortCommand(by, "rejected at approval"))
+            record_release(context, wiring, candidate, status, log=self.log,
+                           control=Control("reject", by, at or time.time(), time.time()))
+            finish(context, status, self.log)
+        raise AirflowFailException("release rejected at approval")

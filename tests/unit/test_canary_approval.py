@@ -1,0 +1,65 @@
+"""An approval answered in an earlier try is carried over to a retry (the scheduler race of
+apache/airflow#67287), and only a real answer counts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+
+from modelops.canary.approval import answer_event, earlier_answer, hitl_try_path
+
+ANSWERED = {"task_instance": {"state": "failed"}, "response_received": True, "chosen_options": ["Approve"],
+            "params_input": {}, "responded_at": "2026-12-01T09:29:03.900000Z",
+            "responded_by_user": {"id": "admin", "name": "admin"}}
+
+
+def test_an_answered_detail_becomes_the_resume_event() -> None:
+    event = answer_event(ANSWERED)
+    assert event is not None
+    assert event["chosen_options"] == ["Approve"]
+    assert event["responded_at"] == datetime(2026, 12, 1, 9, 29, 3, 900000, tzinfo=UTC)
+    assert event["responded_by_user"] == {"id": "admin", "name": "admin"}
+    assert event["params_input"] == {} and event["timedout"] is False
+
+
+@pytest.mark.parametrize("detail", [
+    {**ANSWERED, "response_received": False},
+    {**ANSWERED, "chosen_options": None},
+    {**ANSWERED, "chosen_options": []},
+    {**ANSWERED, "responded_at": None},
+    {**ANSWERED, "task_instance": {"state": "success"}},  # cleared after it went through: ask again
+    {"response_received": False, "chosen_options": None, "responded_at": None},
+])
+def test_an_unanswered_or_incomplete_detail_is_no_answer(detail: dict[str, Any]) -> None:
+    assert answer_event(detail) is None
+
+
+def test_the_newest_answered_earlier_try_wins_and_unreadable_tries_are_passed_over() -> None:
+    asked: list[int] = []
+    details = {1: {**ANSWERED, "chosen_options": ["Reject"]}, 2: {**ANSWERED, "response_received": False}}
+
+    def fetch(number: int) -> dict[str, Any]:
+        asked.append(number)
+        if number == 3:
+            raise RuntimeError("HTTP 404")
+        return details[number]
+
+    event = earlier_answer(fetch, try_number=4)
+    assert event is not None and event["chosen_options"] == ["Reject"]
+    assert asked == [3, 2, 1]  # newest first, the current try (4) never
+
+
+def test_a_first_try_reads_nothing_and_no_answer_means_ask_again() -> None:
+    def never(number: int) -> dict[str, Any]:
+        raise AssertionError(f"try {number} read")
+
+    assert earlier_answer(never, try_number=1) is None
+    assert earlier_answer(lambda n: {**ANSWERED, "response_received": False}, try_number=3) is None
+
+
+def test_the_try_path_quotes_the_run_id() -> None:
+    assert hitl_try_path("model_release", "manual__2026-12-01T09:43:57+00:00", "approve_full_rollout", -1, 2) == (
+        "/api/v2/dags/model_release/dagRuns/manual__2026-12-01T09%3A43%3A57%2B00%3A00/taskInstances/"
+        "approve_full_rollout/-1/hitlDetails/tries/2")
