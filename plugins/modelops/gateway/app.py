@@ -54,12 +54,13 @@ from modelops.gateway.http import (
     respond_json,
     sampled,
 )
-from modelops.gateway.inference import TritonFailed, TritonHTTP, TritonUnavailable
+from modelops.gateway.inference import TritonFailed, TritonUnavailable
 from modelops.gateway.metrics import CollapseWatch, Labels, ScoreWindow
 from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
 from modelops.gateway.openapi import FEEDBACK_SCHEMA, build_openapi
 from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pollers import GatewayPollers
+from modelops.gateway.pool import TritonPool
 from modelops.gateway.precomputed import SOURCE_HEADER, PrecomputedScores
 from modelops.gateway.routes import (
     Routes,
@@ -99,7 +100,7 @@ class Gateway(GatewayPollers):
         self.logs = EventLogs(spool_root, self.store, self.names, SpoolConfig(
             max_segment_bytes=options.segment_max_bytes, max_segment_age_s=options.segment_max_age_s,
             budget_bytes=options.spool_budget_bytes))
-        self.triton = TritonHTTP(cfg.triton_http_url)
+        self.triton = TritonPool(cfg.triton_http_url)  # every server of a dns+http:// name, or the one URL
         self.routes: dict[str, Routes] = {}
         self.routes_applied_at: dict[str, str] = {}
         self.routes_loaded = False
@@ -119,6 +120,7 @@ class Gateway(GatewayPollers):
     # ------------------------------------------------------------------ lifecycle
     async def startup(self) -> None:
         await self.logs.start()
+        await self.triton.start()
         await asyncio.to_thread(self.features.refresh)
         await asyncio.to_thread(self._poll_routes_once)
         await asyncio.to_thread(self._refresh_precomputed)

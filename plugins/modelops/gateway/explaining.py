@@ -39,6 +39,7 @@ from modelops.gateway.explain import (
     top_reason,
 )
 from modelops.gateway.inference import TritonFailed, TritonHTTP
+from modelops.gateway.pool import TritonPool
 from modelops.serving.pbtxt import EXPLAIN_BASELINE, EXPLAIN_RANKS, PATH_SCORE
 
 log = logging.getLogger(__name__)
@@ -54,7 +55,7 @@ class ExplainPlan:
     in_model: bool
 
 
-async def explain_items(triton: TritonHTTP, plans: dict[tuple[str, int], ExplainPlan],
+async def explain_items(triton: TritonHTTP | TritonPool, plans: dict[tuple[str, int], ExplainPlan],
                         baseline: npt.NDArray[np.float32], names: Sequence[str], model: str, version: int,
                         item_ids: list[str], features: npt.NDArray[np.float32], scores: npt.NDArray[np.float32],
                         top_k: int, request_id: str, *, n_permutations: int,
@@ -108,7 +109,7 @@ def _cannot_explain_inside(message: str) -> bool:
     return any(hint in message for hint in (_NO_IN_MODEL, PATH_SCORE, "malformed answer"))
 
 
-async def _plan(triton: TritonHTTP, plans: dict[tuple[str, int], ExplainPlan], model: str,
+async def _plan(triton: TritonHTTP | TritonPool, plans: dict[tuple[str, int], ExplainPlan], model: str,
                 version: int) -> ExplainPlan:
     key = (model, version)
     if key not in plans:
@@ -119,7 +120,7 @@ async def _plan(triton: TritonHTTP, plans: dict[tuple[str, int], ExplainPlan], m
     return plans[key]
 
 
-async def _inside(triton: TritonHTTP, plan: ExplainPlan, model: str, version: int,
+async def _inside(triton: TritonHTTP | TritonPool, plan: ExplainPlan, model: str, version: int,
                   features: npt.NDArray[np.float32], baseline: npt.NDArray[np.float32],
                   perms: npt.NDArray[np.int64], limit: asyncio.Semaphore) -> npt.NDArray[np.float32]:
     """The path scores, computed by the pipeline version itself, ``max_batch`` items per call."""
@@ -144,7 +145,7 @@ async def _inside(triton: TritonHTTP, plan: ExplainPlan, model: str, version: in
     return np.concatenate(parts)
 
 
-async def _by_paths(triton: TritonHTTP, plan: ExplainPlan, model: str, version: int,
+async def _by_paths(triton: TritonHTTP | TritonPool, plan: ExplainPlan, model: str, version: int,
                     rows: npt.NDArray[np.float32], limit: asyncio.Semaphore) -> npt.NDArray[np.float32]:
     """The path scores as batched calls of the path rows (at most ``max_batch`` rows each)."""
     step = plan.max_batch or len(rows)

@@ -8,8 +8,12 @@ clients cost several hundred microseconds per call.)
 
 Errors: :class:`TritonUnavailable` (cannot connect, or the version is not loaded: the
 gateway answers 503 with ``Retry-After``) and :class:`TritonFailed` (any other refusal
-or a malformed answer: 502). A deadline is the caller's ``asyncio.timeout``; a cancelled
-call closes its connection instead of returning it to the pool.
+or a malformed answer: 502). Two kinds of "unavailable" are about one server, not the
+request, so another server may answer it (:mod:`modelops.gateway.pool` retries them once
+elsewhere): :class:`TritonUnreachable` (refused, reset or lost connection, HTTP 503: the
+server is down or going away) and :class:`VersionNotServed` (this server does not serve the
+version, e.g. restarted and not yet reconciled). A deadline is the caller's ``asyncio.timeout``;
+a cancelled call closes its connection instead of returning it to the pool.
 """
 
 from __future__ import annotations
@@ -37,6 +41,14 @@ class TritonUnavailable(ServingError):
 
 class TritonFailed(ServingError):
     """Triton answered with an error or something unreadable (HTTP 502 at the gateway)."""
+
+
+class TritonUnreachable(TritonUnavailable):
+    """This server cannot be reached or is going away (connection refused, reset or lost; HTTP 503)."""
+
+
+class VersionNotServed(TritonUnavailable):
+    """This server does not serve the requested model version (unknown, not loaded, not ready)."""
 
 
 @dataclass
@@ -76,7 +88,7 @@ class TritonHTTP:
             async with asyncio.timeout(self.connect_timeout_s):
                 reader, writer = await asyncio.open_connection(self.host, self.port)
         except (OSError, TimeoutError) as exc:
-            raise TritonUnavailable(f"Triton {self.base_url} unreachable: {exc or type(exc).__name__}") from exc
+            raise TritonUnreachable(f"Triton {self.base_url} unreachable: {exc or type(exc).__name__}") from exc
         return _Connection(reader, writer)
 
     def _acquire_idle(self) -> _Connection | None:
@@ -169,15 +181,23 @@ class TritonHTTP:
         return await self._get_json(f"/v2/models/{model}/versions/{version}/config",
                                     f"Triton {model} v{version} config")
 
+    async def ready(self) -> bool:
+        """Whether the server answers ``GET /v2/health/ready`` with 200.
+
+        Raises:
+            TritonUnreachable: it cannot be reached.
+        """
+        request = (f"GET /v2/health/ready HTTP/1.1\r\n"
+                   f"Host: {self.host}:{self.port}\r\nContent-Length: 0\r\n\r\n").encode()
+        status, _headers, _body = await self._exchange(request)
+        return status == 200
+
     async def _get_json(self, path: str, where: str) -> dict[str, Any]:
         request = (f"GET {path} HTTP/1.1\r\n"
                    f"Host: {self.host}:{self.port}\r\nContent-Length: 0\r\n\r\n").encode()
         status, _headers, body = await self._exchange(request)
         if status != 200:
-            message = body[:300].decode("utf-8", "replace")
-            if any(hint in message.lower() for hint in _UNAVAILABLE_HINTS):
-                raise TritonUnavailable(f"{where}: {message}")
-            raise TritonFailed(f"{where}: HTTP {status}: {message}")
+            raise _refusal(status, body[:300].decode("utf-8", "replace"), where)
         try:
             document = json.loads(body)
         except ValueError as exc:
@@ -197,7 +217,7 @@ class TritonHTTP:
             except (ConnectionError, asyncio.IncompleteReadError, OSError) as exc:
                 if not conn.fresh:
                     continue  # a stale keep-alive connection: retry once on a new one
-                raise TritonUnavailable(f"Triton {self.base_url}: connection lost ({exc})") from exc
+                raise TritonUnreachable(f"Triton {self.base_url}: connection lost ({exc})") from exc
             finally:
                 if not done:
                     conn.close()
@@ -206,7 +226,7 @@ class TritonHTTP:
             else:
                 self._release(conn)
             return status, headers, body
-        raise TritonUnavailable(f"Triton {self.base_url}: connection lost twice")
+        raise TritonUnreachable(f"Triton {self.base_url}: connection lost twice")
 
 
 async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, str], bytes]:
@@ -238,6 +258,16 @@ async def _read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, s
     return status, headers, body
 
 
+def _refusal(status: int, message: str, where: str) -> ServingError:
+    """The error of a non-200 answer: the version is not served here, the server is going away
+    (503), or Triton refused the request itself (any other status: the request's own fault)."""
+    if any(hint in message.lower() for hint in _UNAVAILABLE_HINTS):
+        return VersionNotServed(f"{where}: {message}")
+    if status == 503:
+        return TritonUnreachable(f"{where}: HTTP 503: {message}")
+    return TritonFailed(f"{where}: HTTP {status}: {message}")
+
+
 def _parse_scores(status: int, headers: dict[str, str], body: bytes, model: str, version: int,
                   n_items: int) -> npt.NDArray[np.float32]:
     where = f"Triton {model} v{version}"
@@ -255,9 +285,7 @@ def _parse_output(status: int, headers: dict[str, str], body: bytes, where: str,
             message = str(json.loads(body).get("error", body[:300]))
         except (ValueError, AttributeError):
             message = body[:300].decode("utf-8", "replace")
-        if any(hint in message.lower() for hint in _UNAVAILABLE_HINTS):
-            raise TritonUnavailable(f"{where}: {message}")
-        raise TritonFailed(f"{where}: HTTP {status}: {message}")
+        raise _refusal(status, message, where)
     json_length = int(headers.get("inference-header-content-length", len(body)))
     try:
         doc: Any = json.loads(body[:json_length])

@@ -17,10 +17,10 @@ from modelops.config import Settings
 from modelops.errors import ContractError, ModelopsError, ObjectStoreError
 from modelops.gateway.delay import LoopLag, TritonDelays, parse_stats
 from modelops.gateway.eventlog import EventLogs
-from modelops.gateway.inference import TritonHTTP
 from modelops.gateway.metrics import CollapseWatch, Registry, ScoreWindow, route_weights
 from modelops.gateway.onlinefeatures import OnlineFeatures
 from modelops.gateway.options import GatewayOptions
+from modelops.gateway.pool import TritonPool
 from modelops.gateway.routes import ROUTES_PREFIX, Routes, load_routes, model_from_key
 from modelops.objectstore import ObjectStore
 
@@ -35,7 +35,7 @@ class GatewayPollers:
     store: ObjectStore
     features: OnlineFeatures
     logs: EventLogs
-    triton: TritonHTTP
+    triton: TritonPool
     routes: dict[str, Routes]
     routes_applied_at: dict[str, str]
     routes_loaded: bool

@@ -93,10 +93,12 @@ async def score_pairs(triton_url: str, champion: Champion, lookup: Any, pop: Pop
     Raises:
         ServingError: Triton unreachable, the version not loaded, or a refused call.
     """
-    from modelops.gateway.inference import TritonHTTP
+    from modelops.gateway.pool import TritonPool
 
-    triton = TritonHTTP(triton_url, max_idle=concurrency, connect_timeout_s=10.0)  # a batch may wait, not fail
+    # Every server of a dns+http:// name (a plain URL: the one); a batch may wait, not fail.
+    triton = TritonPool(triton_url, max_idle=concurrency, connect_timeout_s=10.0)
     try:
+        await triton.start()
         config = await triton.version_config(champion.model, champion.version)
         max_batch = int(config.get("max_batch_size", 0) or 0)
         scores = np.empty(pop.rows, dtype=np.float32)

@@ -1,0 +1,264 @@
+"""Several Triton servers behind one configured URL: the gateway's pool of :class:`TritonHTTP` clients.
+
+``MODELOPS_TRITON_URL=dns+http://triton:8000`` stands for every server of the ``triton`` service
+(:mod:`modelops.discovery`: the name's A records); a plain URL is a pool of one and behaves exactly
+like a single client (no background work, nothing skipped, no retry: there is nowhere else to go).
+
+- **Healthy set.** Every ``refresh_s`` the name is resolved again (servers added with ``--scale``
+  join, removed ones leave and their connections close) and each server's ``/v2/health/ready`` is
+  asked; the servers that answer 200 are the healthy set.
+- **Choice.** Round robin over the healthy servers that are not known to lack the requested
+  version (:func:`attempt_order`); with none healthy, over every known server (the call then fails
+  with the server's own error, as with one server).
+- **One retry elsewhere.** A call that fails because of the server, not the request — refused,
+  reset or lost connection or HTTP 503 (:class:`TritonUnreachable`: down or going away), or the
+  version not served there (:class:`VersionNotServed`: e.g. restarted and not reconciled yet) — is
+  sent once to another server (:func:`retryable`); the failed server leaves the healthy set (or,
+  for a missing version, is skipped for that version for ``not_served_hold_s``) until a refresh
+  finds it ready again. A refusal of the request itself (HTTP 4xx, a model error, a malformed
+  answer: :class:`TritonFailed`) is never retried: another server would refuse it the same way.
+  The deadline stays the caller's: a retry only uses what is left of it.
+- **Statistics** (the delay split's queue and compute means) are summed over the healthy servers
+  (:func:`merge_stats`), so the means are those of every server the gateway spreads requests over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, TypeVar
+
+import numpy as np
+import numpy.typing as npt
+
+from modelops.discovery import Resolve, expand, is_discovered, resolve_ipv4
+from modelops.errors import ModelopsError, ServingError
+from modelops.gateway.inference import (
+    TritonFailed,
+    TritonHTTP,
+    TritonUnavailable,
+    TritonUnreachable,
+    VersionNotServed,
+)
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
+
+
+def retryable(exc: BaseException) -> bool:
+    """Whether a failed call may be sent to another server: the server failed, not the request."""
+    return isinstance(exc, (TritonUnreachable, VersionNotServed))
+
+
+def attempt_order(servers: Sequence[str], healthy: frozenset[str] | set[str], lacking: frozenset[str] | set[str],
+                  turn: int) -> tuple[str, ...]:
+    """The servers to try for one call, first choice first; at most two (one retry).
+
+    Args:
+        servers: every known server, in a stable order.
+        healthy: those whose last health check (or call) succeeded.
+        lacking: those known not to serve the requested version right now.
+        turn: the round-robin counter (any integer; one per call).
+
+    The first choice rotates over the healthy servers that serve the version (else the healthy
+    ones, else every server); the retry goes to the next of those, else to any other server.
+    """
+    if not servers:
+        return ()
+    candidates = [s for s in servers if s in healthy and s not in lacking] \
+        or [s for s in servers if s in healthy] or list(servers)
+    first = turn % len(candidates)
+    rotated = candidates[first:] + candidates[:first]
+    others = [s for s in servers if s not in rotated]
+    return tuple((rotated + others)[:2])
+
+
+def merge_stats(documents: Sequence[Mapping[str, Any]], version: int) -> dict[str, Any]:
+    """One statistics document of ``version`` whose counters are the sums over several servers.
+
+    Each ``inference_stats`` entry (``{"count": n, "ns": t}``) is summed; a server that does not
+    list the version adds nothing.
+
+    Raises:
+        ValueError: a document is not of the statistics extension's shape.
+    """
+    totals: dict[str, dict[str, int]] = {}
+    name = ""
+    for document in documents:
+        try:
+            for entry in document["model_stats"]:
+                if str(entry.get("version", "")) != str(version):
+                    continue
+                name = str(entry.get("name", name))
+                for part, value in entry["inference_stats"].items():
+                    slot = totals.setdefault(part, {"count": 0, "ns": 0})
+                    slot["count"] += int(value.get("count", 0))
+                    slot["ns"] += int(value.get("ns", 0))
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not a Triton statistics document ({exc!r} missing or malformed)") from exc
+    if not totals:
+        return {"model_stats": []}
+    return {"model_stats": [{"name": name, "version": str(version), "inference_stats": totals}]}
+
+
+class TritonPool:
+    """Every Triton server behind ``url`` (see the module doc); the interface of :class:`TritonHTTP`.
+
+    Args:
+        url: ``http://host:port`` (one server) or ``dns+http://name:port`` (every address of ``name``).
+        refresh_s: seconds between discovery + health rounds (discovered URLs only).
+        health_timeout_s: deadline of one ``/v2/health/ready`` call.
+        not_served_hold_s: how long a server that lacked a version is skipped for it.
+        resolve: the DNS lookup (tests give their own).
+        max_idle / connect_timeout_s: per-server client settings (:class:`TritonHTTP`).
+    """
+
+    def __init__(self, url: str, *, refresh_s: float = 1.0, health_timeout_s: float = 0.5,
+                 not_served_hold_s: float = 2.0, resolve: Resolve = resolve_ipv4, max_idle: int = 64,
+                 connect_timeout_s: float = 1.0) -> None:
+        self.url = url
+        self.discovered = is_discovered(url)
+        self.refresh_s = refresh_s
+        self.health_timeout_s = health_timeout_s
+        self.not_served_hold_s = not_served_hold_s
+        self.resolve = resolve
+        self.max_idle = max_idle
+        self.connect_timeout_s = connect_timeout_s
+        self.clients: dict[str, TritonHTTP] = {}
+        self.healthy: set[str] = set()
+        self.lacking: dict[tuple[str, str, int], float] = {}  # (server, model, version) -> skipped until
+        self.retries: dict[str, int] = {"unreachable": 0, "not_served": 0}
+        self._turn = 0
+        self._task: asyncio.Task[None] | None = None
+        if not self.discovered:  # a pool of one: the URL is checked now, as TritonHTTP always did
+            self.clients[url] = self._client(url)
+            self.healthy.add(url)
+
+    def _client(self, url: str) -> TritonHTTP:
+        return TritonHTTP(url, max_idle=self.max_idle, connect_timeout_s=self.connect_timeout_s)
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        return tuple(self.clients)
+
+    # ------------------------------------------------------------------ lifecycle
+    async def start(self) -> None:
+        """First discovery round (a name that does not resolve yet is retried in the background)."""
+        if not self.discovered or self._task is not None:
+            return
+        await self.refresh()
+        self._task = asyncio.get_running_loop().create_task(self._refresh_loop(), name="triton-pool")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+            self._task = None
+        for client in self.clients.values():
+            await client.close()
+
+    async def _refresh_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.refresh_s)
+            try:
+                await self.refresh()
+            except Exception:  # the pool must keep serving with the last known servers
+                log.exception("Triton pool refresh failed")
+
+    async def refresh(self) -> None:
+        """Resolve the name again and ask every server whether it is ready."""
+        try:
+            found = await asyncio.to_thread(expand, [self.url], self.resolve)
+        except ModelopsError as exc:  # no server resolves right now: keep the known ones, ask them
+            log.warning("Triton pool: %s", exc)
+            found = tuple(self.clients)
+        for gone in set(self.clients) - set(found):
+            await self.clients.pop(gone).close()
+            log.info("Triton pool: %s left", gone)
+        for url in found:
+            if url not in self.clients:
+                self.clients[url] = self._client(url)
+                log.info("Triton pool: %s joined", url)
+        ready = await asyncio.gather(*(self._ready(url) for url in self.clients))
+        healthy = {url for url, ok in zip(self.clients, ready, strict=True) if ok}
+        if healthy != self.healthy:
+            log.info("Triton pool: healthy %s of %s", sorted(healthy), sorted(self.clients))
+        self.healthy = healthy
+        now = time.monotonic()
+        self.lacking = {key: until for key, until in self.lacking.items() if until > now and key[0] in self.clients}
+
+    async def _ready(self, url: str) -> bool:
+        try:
+            async with asyncio.timeout(self.health_timeout_s):
+                return await self.clients[url].ready()
+        except (TimeoutError, ModelopsError, OSError):
+            return False
+
+    # ------------------------------------------------------------------ calls
+    def order(self, model: str, version: int) -> tuple[str, ...]:
+        """The servers to try for one call of ``model`` ``version`` (advances the round robin)."""
+        self._turn += 1
+        now = time.monotonic()
+        lacking = {server for (server, m, v), until in self.lacking.items()
+                   if m == model and v == version and until > now}
+        return attempt_order(tuple(self.clients), self.healthy, lacking, self._turn)
+
+    async def _call(self, model: str, version: int, call: Callable[[TritonHTTP], Awaitable[T]]) -> T:
+        order = self.order(model, version)
+        if not order:
+            raise TritonUnreachable(f"Triton {self.url}: no server found (is the service up?)")
+        for attempt, server in enumerate(order):
+            try:
+                return await call(self.clients[server])
+            except (TritonUnreachable, VersionNotServed) as exc:
+                if isinstance(exc, TritonUnreachable):
+                    self.healthy.discard(server)  # back when a refresh finds it ready
+                    reason = "unreachable"
+                else:
+                    self.lacking[(server, model, version)] = time.monotonic() + self.not_served_hold_s
+                    reason = "not_served"
+                if attempt + 1 >= len(order):
+                    raise
+                self.retries[reason] += 1
+                log.info("Triton %s failed (%s), retrying on %s: %s", server, reason, order[attempt + 1], exc)
+        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+
+    async def infer_scores(self, model: str, version: int,
+                           features: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
+        """:meth:`TritonHTTP.infer_scores` on one server, once more on another if that server failed."""
+        return await self._call(model, version, lambda c: c.infer_scores(model, version, features))
+
+    async def infer_output(self, model: str, version: int, inputs: tuple[tuple[str, npt.NDArray[Any]], ...],
+                           output: str) -> npt.NDArray[np.float32]:
+        """:meth:`TritonHTTP.infer_output` on one server, once more on another if that server failed."""
+        return await self._call(model, version, lambda c: c.infer_output(model, version, inputs, output))
+
+    async def version_config(self, model: str, version: int) -> dict[str, Any]:
+        return await self._call(model, version, lambda c: c.version_config(model, version))
+
+    async def version_stats(self, model: str, version: int) -> dict[str, Any]:
+        """The version's statistics summed over the healthy servers (one server: its own document).
+
+        Raises:
+            TritonUnavailable / TritonFailed: no server answered (the first error).
+        """
+        if len(self.clients) == 1:
+            (client,) = self.clients.values()
+            return await client.version_stats(model, version)
+        servers = [s for s in self.clients if s in self.healthy] or list(self.clients)
+        answers = await asyncio.gather(*(self.clients[s].version_stats(model, version) for s in servers),
+                                       return_exceptions=True)
+        documents = [a for a in answers if isinstance(a, dict)]
+        if not documents:
+            first = next(a for a in answers if isinstance(a, BaseException))
+            if isinstance(first, ServingError):
+                raise first
+            raise TritonUnavailable(f"Triton statistics of {model} v{version}: {first!r}")
+        return merge_stats(documents, version)
+
+
+__all__ = ["TritonFailed", "TritonPool", "TritonUnavailable", "attempt_order", "merge_stats", "retryable"]
