@@ -385,6 +385,19 @@ class Settings:
         return f"http://{host or self.bind_host}:{self.triton_metrics_port}/metrics"
 
     @property
+    def triton_url_list(self) -> tuple[str, ...]:
+        """Every Triton server (MODELOPS_TRITON_URL, a ``dns+`` name resolved now), or the embedded one."""
+        from modelops.discovery import expand
+
+        return expand([self.triton_http_url])
+
+    @property
+    def triton_metrics_url_list(self) -> tuple[str, ...]:
+        """The metrics endpoint of every server of :attr:`triton_url_list` (same host, the metrics port)."""
+        return tuple(f"http://{urlsplit(url).hostname}:{self.triton_metrics_port}/metrics"
+                     for url in self.triton_url_list)
+
+    @property
     def airflow_api_url(self) -> str:
         return self.airflow_url or f"http://{self.bind_host}:{self.airflow_port}"
 
