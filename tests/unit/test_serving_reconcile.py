@@ -94,3 +94,57 @@ def test_the_grace_of_a_replaced_stable_survives_a_restart_of_the_reconciler() -
     second = Reconciler(bucket, tritons=[], specs_of=None, grace_s=600.0)  # type: ignore[arg-type]
     second.tick()
     assert active_holds(bucket, "m") == {3}
+
+
+def test_every_server_behind_a_discovered_name_is_a_target() -> None:
+    from pathlib import Path
+
+    from modelops.serving.reconcile import TritonTarget, targets_of
+
+    addresses = {"triton": ["172.18.0.9", "172.18.0.4", "172.18.0.4"]}
+    found = targets_of(["dns+http://triton:8000"], Path("/repo"), resolve=lambda host, port: addresses[host])
+    assert found == [TritonTarget("http://172.18.0.4:8000", Path("/repo")),
+                     TritonTarget("http://172.18.0.9:8000", Path("/repo"))]
+    assert targets_of(["http://127.0.0.1:8300"]) == [TritonTarget("http://127.0.0.1:8300")]
+
+
+def test_each_server_gets_its_own_plan() -> None:
+    """Three servers after a rollback of v5 to stable v4: one in sync, one restarted (empty), one that a
+    plain load left serving the newest integer version (the rolled-back v5)."""
+    routed = frozenset({4})
+    plans = {name: plan("m", routed, frozenset(), state, config_ok=True)
+             for name, state in {"a": served(4), "b": served(), "c": served(5)}.items()}
+    assert plans["a"].in_sync
+    assert (plans["b"].load, plans["b"].unload) == ({4}, set())  # the restarted one gets its versions back
+    assert (plans["c"].load, plans["c"].unload) == ({4}, {5})
+    assert all(5 not in p.target and 5 not in p.load for p in plans.values())  # never loaded again
+
+
+def test_a_tick_covers_every_server_discovered_at_that_tick() -> None:
+    from datetime import UTC, datetime
+
+    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.serving.reconcile import Outcome, Reconciler, TritonTarget
+
+    bucket = _Bucket()
+    for model in ("m", "n"):
+        routes = Routes(model, 1, VersionRef(3, f"{3:064x}"), None, 0.0, datetime.now(UTC).isoformat(), "tests")
+        bucket.put_bytes(routes_key(model), serialize_routes(routes))
+    servers = ["http://a:8000", "http://b:8000"]
+    visited: list[tuple[str, str]] = []
+
+    class Recording(Reconciler):
+        def _one(self, triton: TritonTarget, model: str, routed: frozenset[int], kept: frozenset[int]) -> Outcome:
+            visited.append((triton.url, model))
+            return Outcome(triton.url, model, "in_sync", tuple(routed))
+
+    reconciler = Recording(bucket, tritons=[], specs_of=None,  # type: ignore[arg-type]
+                           discover=lambda: [TritonTarget(url) for url in servers])
+    reconciler.tick()
+    assert sorted(visited) == [("http://a:8000", "m"), ("http://a:8000", "n"), ("http://b:8000", "m"),
+                               ("http://b:8000", "n")]
+    visited.clear()
+    servers[:] = ["http://a:8000", "http://c:8000"]  # b restarted at a new address
+    outcomes = reconciler.tick()
+    assert {url for url, _ in visited} == {"http://a:8000", "http://c:8000"}
+    assert {o.triton for o in outcomes} == {"http://a:8000", "http://c:8000"}

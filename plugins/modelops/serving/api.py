@@ -3,12 +3,18 @@
     from modelops.serving.api import publish_version, load_version, unload_version, verify_served
 
 Each reads the settings (``settings()`` unless ``cfg`` is given), builds the clients
-and returns a small value suitable for XCom.
+and returns a small value suitable for XCom. With several Triton servers (``MODELOPS_TRITON_URL``
+a ``dns+`` name) each call covers every server: a load must succeed on every one (a server that
+is down fails it, and the task is retried), an unload skips a server that is not ready (it
+restarts empty, and the reconciler unloads whatever the routes do not name).
 """
 
 from __future__ import annotations
 
+import logging
+
 from modelops.config import Settings, settings
+from modelops.errors import ServingError
 from modelops.objectstore import ObjectStore
 from modelops.serving import loader
 from modelops.serving.holds import release_hold, write_hold
@@ -20,10 +26,12 @@ from modelops.serving.publisher import (
     specs_for,
 )
 from modelops.serving.repository import mirror_release
-from modelops.serving.triton import TritonClient
+from modelops.serving.triton import triton_clients
 
 __all__ = ["PublishResult", "load_version", "publish_version", "served_versions", "unload_version",
            "verify_served"]
+
+log = logging.getLogger(__name__)
 
 
 def load_version(model: str, triton_version: int, *, cfg: Settings | None = None) -> list[int]:
@@ -39,7 +47,9 @@ def load_version(model: str, triton_version: int, *, cfg: Settings | None = None
     with model_lock(store, model, owner=f"load {model} v{triton_version}"):
         # Held, so the reconciler keeps it loaded until the routes name it (or the hold expires).
         write_hold(store, model, triton_version, why=f"load {model} v{triton_version}")
-        return loader.load_version(TritonClient.from_settings(cfg), specs_for(model, cfg), triton_version)
+        specs = specs_for(model, cfg)
+        served = [loader.load_version(client, specs, triton_version) for client in triton_clients(cfg)]
+        return sorted(set().union(*served))
 
 
 def unload_version(model: str, triton_version: int, *, cfg: Settings | None = None) -> list[int]:
@@ -48,15 +58,36 @@ def unload_version(model: str, triton_version: int, *, cfg: Settings | None = No
     store = ObjectStore.from_settings(cfg)
     with model_lock(store, model, owner=f"unload {model} v{triton_version}"):
         release_hold(store, model, triton_version)
-        return loader.unload_version(TritonClient.from_settings(cfg), specs_for(model, cfg), triton_version)
+        specs = specs_for(model, cfg)
+        left: set[int] = set()
+        for client in triton_clients(cfg):
+            if not client.is_ready():
+                log.warning("Triton %s not ready: %s v%d not unloaded there (it restarts empty; the reconciler "
+                            "unloads what the routes do not name)", client.base_url, model, triton_version)
+                continue
+            left |= set(loader.unload_version(client, specs, triton_version))
+        return sorted(left)
 
 
 def served_versions(model: str, *, cfg: Settings | None = None) -> list[int]:
-    """The versions of the pipeline ``model`` Triton serves (READY), ascending."""
-    return TritonClient.from_settings(cfg or settings()).ready_versions(model)
+    """The versions of the pipeline ``model`` any ready Triton server serves (READY), ascending.
+
+    Raises:
+        ServingError: no server is ready.
+    """
+    versions: set[int] = set()
+    ready = 0
+    for client in triton_clients(cfg or settings()):
+        if client.is_ready():
+            ready += 1
+            versions |= set(client.ready_versions(model))
+    if not ready:
+        raise ServingError(f"no Triton server is ready ({(cfg or settings()).triton_http_url})")
+    return sorted(versions)
 
 
 def verify_served(model: str, triton_version: int, *, cfg: Settings | None = None, rows: int = 8) -> bool:
-    """Whether ``model`` version ``triton_version`` answers the contract; raises ServingError if not."""
-    loader.verify_served(TritonClient.from_settings(cfg or settings()), model, triton_version, rows=rows)
+    """Whether ``model`` version ``triton_version`` answers the contract on every server; raises ServingError if not."""
+    for client in triton_clients(cfg or settings()):
+        loader.verify_served(client, model, triton_version, rows=rows)
     return True

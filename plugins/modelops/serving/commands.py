@@ -39,15 +39,19 @@ def _unload(args: argparse.Namespace) -> int:
 
 def _served(args: argparse.Namespace) -> int:
     from modelops.serving.loader import verify_served
-    from modelops.serving.triton import TritonClient
+    from modelops.serving.triton import triton_clients
 
-    client = TritonClient.from_settings()
-    versions = client.ready_versions(args.model)
-    print(f"{args.model}: serving versions {versions or 'none'}")
-    for version in versions:
-        check = verify_served(client, args.model, version)
-        print(f"  version {check.version}: answers features -> score for {check.rows} rows")
-    return 0 if versions else 1
+    clients = triton_clients()
+    served_everywhere = True
+    for client in clients:  # every server of MODELOPS_TRITON_URL (a dns+ name: each address)
+        versions = client.ready_versions(args.model)
+        where = f" on {client.base_url}" if len(clients) > 1 else ""
+        print(f"{args.model}: serving versions {versions or 'none'}{where}")
+        for version in versions:
+            check = verify_served(client, args.model, version)
+            print(f"  version {check.version}: answers features -> score for {check.rows} rows")
+        served_everywhere = served_everywhere and bool(versions)
+    return 0 if served_everywhere else 1
 
 
 def _reconcile(args: argparse.Namespace) -> int:
@@ -58,16 +62,17 @@ def _reconcile(args: argparse.Namespace) -> int:
     from modelops.errors import ModelopsError
     from modelops.objectstore import ObjectStore
     from modelops.serving.publisher import local_repository, specs_for
-    from modelops.serving.reconcile import Reconciler, TritonTarget, status_file_of, write_status
+    from modelops.serving.reconcile import Reconciler, status_file_of, targets_of, write_status
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = settings()
     if args.triton:
-        tritons = [TritonTarget(url, Path(args.repository) if args.repository else None) for url in args.triton]
+        urls, repository = list(args.triton), Path(args.repository) if args.repository else None
     else:  # the configured Triton; the embedded one reads the local repository the reconciler mirrors into
-        tritons = [TritonTarget(cfg.triton_http_url, None if cfg.triton_url else local_repository(cfg))]
-    reconciler = Reconciler(ObjectStore.from_settings(cfg), tritons, lambda model: specs_for(model, cfg),
-                            grace_s=args.grace_s)
+        urls, repository = [cfg.triton_http_url], None if cfg.triton_url else local_repository(cfg)
+    # dns+http://name:port: every server behind the name, resolved again at each tick.
+    reconciler = Reconciler(ObjectStore.from_settings(cfg), [], lambda model: specs_for(model, cfg),
+                            grace_s=args.grace_s, discover=lambda: targets_of(urls, repository))
     status_file = status_file_of(cfg)
     while True:
         started = time.monotonic()
@@ -159,7 +164,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     reconcile.add_argument("--grace-s", type=float, default=600.0,
                            help="seconds a version stays loaded after the routes stopped naming it (default 600)")
     reconcile.add_argument("--triton", action="append", default=[], metavar="URL",
-                           help="a Triton HTTP URL to keep in line (repeatable; default: the configured one)")
+                           help="a Triton HTTP URL to keep in line, or dns+http://name:port for every server "
+                                "behind a name (repeatable; default: the configured MODELOPS_TRITON_URL)")
     reconcile.add_argument("--repository", default="", metavar="DIR",
                            help="with --triton: the model repository folder those servers read (a shared volume); "
                                 "versions are mirrored into it from the object store before a load")

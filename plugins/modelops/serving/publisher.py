@@ -29,7 +29,7 @@ from modelops.serving.loader import ServedCheck, load_version, verify_served
 from modelops.serving.modelinfo import MODEL_INFO_FILE, Manifest, ModelInfo, bundle_sha256, sha256_bytes
 from modelops.serving.pbtxt import ModelConfigSpec, Role, Tuning, pipeline_specs
 from modelops.serving.repository import REPOSITORY_PREFIX, mirror_release, read_manifest, upload_release
-from modelops.serving.triton import TritonClient
+from modelops.serving.triton import TritonClient, triton_clients
 
 ONNX_ARTIFACT_DIR = "onnx"
 
@@ -146,13 +146,16 @@ def publish_artifacts(
     mirror_release(store, model, version, mirror_to or local_repository(cfg))
     loaded = False
     if load:
-        client = client or TritonClient.from_settings(cfg)
-        already = all(client.is_model_ready(spec.name, version) for spec in specs.values())
-        if not (already and not uploaded):
+        # Every Triton server (MODELOPS_TRITON_URL=dns+http://...: each one the name resolves to now).
+        clients = [client] if client is not None else triton_clients(cfg)
+        todo = [c for c in clients if uploaded or not all(c.is_model_ready(spec.name, version)
+                                                          for spec in specs.values())]
+        if todo:
             with model_lock(store, model, owner=f"publish {model} v{version}"):
                 # Held, so the reconciler keeps it loaded until the routes name it (or the hold expires).
                 write_hold(store, model, version, why=f"publish {model} v{version}")
-                load_version(client, specs, version)
+                for each in todo:
+                    load_version(each, specs, version)
         loaded = True
     return PublishResult(model, version, sha, uploaded, loaded, store.uri(REPOSITORY_PREFIX),
                          provenance.mlflow_version or None)
@@ -250,6 +253,20 @@ def publish_version(
 
 def verify_published(model: str, version: int, artifacts: Artifacts | None = None, *,
                      cfg: Settings | None = None) -> ServedCheck:
-    """:func:`~modelops.serving.loader.verify_served` against the configured Triton."""
-    client = TritonClient.from_settings(cfg or settings())
-    return verify_served(client, model, version, expected_fn=onnx_scorer(artifacts) if artifacts else None)
+    """:func:`~modelops.serving.loader.verify_served` on every configured Triton server.
+
+    Returns:
+        The check of the first server (every server answered the same way: the same scores
+        as the published artifacts when ``artifacts`` are given).
+
+    Raises:
+        ServingError: a server does not serve the version or answers differently (it names the server).
+    """
+    expected_fn = onnx_scorer(artifacts) if artifacts else None
+    checks = []
+    for client in triton_clients(cfg or settings()):
+        try:
+            checks.append(verify_served(client, model, version, expected_fn=expected_fn))
+        except ServingError as exc:
+            raise ServingError(f"Triton {client.base_url}: {exc}") from exc
+    return checks[0]

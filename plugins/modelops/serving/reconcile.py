@@ -1,7 +1,11 @@
 """Triton state declared, not remembered: make every Triton serve exactly the routed versions.
 
 The routes documents (``routes/<model>.json``) are the declared state. Each tick the
-reconciler reads them and, for every configured Triton and every routed model:
+reconciler reads them and, for every Triton server (with ``MODELOPS_TRITON_URL=dns+http://name:port``
+every address the name resolves to at this tick, :func:`targets_of`: a server added with ``--scale``
+or restarted at a new address is found at the next tick) and every routed model, each server on
+its own (one :func:`plan` per server: a restarted, empty server gets its routed versions while the
+others are left as they are):
 
 - loads the routed stable and canary versions that are not served (after a Triton
   restart: all of them), with the pinned config override (``version_policy: specific``
@@ -27,7 +31,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +52,18 @@ class TritonTarget:
 
     url: str
     repository: Path | None = None
+
+
+def targets_of(urls: Sequence[str], repository: Path | None = None,
+               resolve: Callable[[str, int], list[str]] | None = None) -> list[TritonTarget]:
+    """One target per Triton server behind ``urls`` (``dns+`` names resolved now, :mod:`modelops.discovery`).
+
+    Raises:
+        ConfigError: a ``dns+`` name resolves to no server (the tick is skipped, Triton left as it is).
+    """
+    from modelops.discovery import expand, resolve_ipv4
+
+    return [TritonTarget(url, repository) for url in expand(urls, resolve or resolve_ipv4)]
 
 
 @dataclass(frozen=True)
@@ -146,11 +162,12 @@ class Reconciler:
 
     Args:
         store: the platform bucket (routes, holds, repositories, the per-model lock).
-        tritons: the Triton servers to keep in line.
+        tritons: the Triton servers to keep in line (when ``discover`` is not given).
         specs_of: the rendered config specs of a model (the pinned config override).
         grace_s: how long a version stays loaded after the routes stopped naming it.
         lock_wait_s: how long to wait for the per-model lock before skipping this tick.
         parallel: models reconciled at the same time.
+        discover: the servers at each tick (e.g. :func:`targets_of` of a ``dns+`` URL); overrides ``tritons``.
     """
 
     store: ObjectStore
@@ -160,11 +177,13 @@ class Reconciler:
     lock_wait_s: float = 5.0
     parallel: int = 4
     last_routed: dict[tuple[str, int], float] = field(default_factory=dict)
+    discover: Callable[[], Sequence[TritonTarget]] | None = None
 
     def tick(self) -> list[Outcome]:
-        """One pass over every Triton and model. Object-store failures skip the whole tick."""
+        """One pass over every Triton and model. Object-store (or discovery) failures skip the whole tick."""
         from modelops.serving.holds import active_holds
 
+        tritons = self.discover() if self.discover is not None else self.tritons
         routed = read_routed(self.store)
         now = time.monotonic()
         self._hold_dropped(routed)
@@ -174,7 +193,7 @@ class Reconciler:
         work = []
         for model, versions in sorted(routed.items()):
             kept = self._kept(model, now) | active_holds(self.store, model)
-            work += [(triton, model, versions, kept) for triton in self.tritons]
+            work += [(triton, model, versions, kept) for triton in tritons]
         # Models are independent (each has its own lock): after a Triton restart with many routed models,
         # loading a few at once bounds the recovery by the slowest model instead of the sum of them all.
         with ThreadPoolExecutor(max_workers=max(1, min(self.parallel, len(work)))) as pool:

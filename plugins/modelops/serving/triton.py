@@ -48,7 +48,8 @@ class TritonClient:
 
     @classmethod
     def from_settings(cls, cfg: Settings | None = None) -> TritonClient:
-        return cls((cfg or settings()).triton_http_url)
+        """The configured Triton; with several servers (a ``dns+`` URL) the first: see :func:`triton_clients`."""
+        return cls((cfg or settings()).triton_url_list[0])
 
     @cached_property
     def session(self) -> requests.Session:
@@ -147,6 +148,15 @@ class TritonClient:
             return response.json()
         except ValueError as exc:
             raise ServingError(f"Triton {response.url}: answer is not JSON ({exc})") from exc
+
+
+def triton_clients(cfg: Settings | None = None, **options: Any) -> list[TritonClient]:
+    """One client per configured Triton server (MODELOPS_TRITON_URL's ``dns+`` name resolved now).
+
+    Raises:
+        ConfigError: a ``dns+`` name that resolves to no server.
+    """
+    return [TritonClient(url, **options) for url in (cfg or settings()).triton_url_list]
 
 
 def _datatype(arr: Array) -> str:
