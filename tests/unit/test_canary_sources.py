@@ -255,3 +255,27 @@ def test_latency_gate_reads_online_answers_only() -> None:
     assert p99_ms(m.stable) > 5.0  # 990 precomputed answers at < 5 ms would have made it < 5 ms
     assert dict(m.canary.latency_buckets) == {0.1: 10.0, math.inf: 10.0}
     assert 'source!="precomputed"' in promql("m", (1, 2), 10)["buckets"]
+
+
+def test_triton_failures_are_summed_over_every_server() -> None:
+    """Several Triton servers behind the gateways: a version's Triton failures are those of all of them."""
+    t1, t2 = "http://10.0.0.1:8002/metrics", "http://10.0.0.2:8002/metrics"
+    gateway = ('modelops_gateway_requests_total{model="m",version="2",code="200"} %d\n'
+               'modelops_gateway_errors_total{model="m",version="2",class="timeout"} 1\n')
+    triton = 'nv_inference_request_failure{model="m",reason="BACKEND",version="2"} %d\n'
+    pages = {GW_A: [gateway % 0, gateway % 90], t1: [triton % 10, triton % 14], t2: [triton % 0, triton % 5]}
+    source = ScrapeSource([GW_A], [t1, t2], fetch=lambda url: pages[url].pop(0))
+    m = source.measure("m", 1, 2, source.open_window("m", 0.0), 5.0)
+    assert m.canary.errors == 9.0  # 4 on one server + 5 on the other, more than the gateway's 0 new errors
+    assert m.canary.requests == 99.0 and m.unreachable == ()
+    # one server unreadable at the end: listed (the window is judged with what the others said)
+    pages = {GW_A: [gateway % 0, gateway % 90], t1: [triton % 10, triton % 14], t2: [triton % 0]}
+
+    def fetch(url: str) -> str:
+        if not pages[url]:
+            raise ConnectionError("refused")
+        return pages[url].pop(0)
+
+    source = ScrapeSource([GW_A], [t1, t2], fetch=fetch)
+    m = source.measure("m", 1, 2, source.open_window("m", 0.0), 5.0)
+    assert m.unreachable == (t2,) and m.canary.errors == 4.0

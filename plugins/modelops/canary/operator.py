@@ -124,7 +124,7 @@ def metrics_source(cfg: Any, gateway_urls: Sequence[str]) -> Any:
         url = running_prometheus_url(cfg)
     if cfg.canary_metrics == "prometheus" or (cfg.canary_metrics == "auto" and url):
         return PrometheusSource(url, up_selector=cfg.prometheus_up_selector)
-    return ScrapeSource([f"{u.rstrip('/')}/metrics" for u in gateway_urls], cfg.triton_metrics_url)
+    return ScrapeSource([f"{u.rstrip('/')}/metrics" for u in gateway_urls], cfg.triton_metrics_url_list)
 
 
 def summary_dict(status: CanaryStatus) -> dict[str, Any]:

@@ -4,7 +4,8 @@
 persists, e.g. in a trigger's kwargs) and later measures canary vs stable over it.
 
 * :class:`ScrapeSource` (embedded stack): scrapes every gateway's ``/metrics`` and
-  Triton's metrics endpoint at both ends of the window and differences the counters.
+  every Triton server's metrics endpoint at both ends of the window and differences the
+  counters (the Triton deltas of several servers are summed).
   A counter that went down restarted (a gateway restart; Triton resets a model's
   counters when another version is loaded beside it): its value after the reset is
   what accrued since, so the delta is the later value.
@@ -209,8 +210,13 @@ def version_window(gateway: Sequence[Series], triton: Series | None, model: str,
 
 
 def measure_snapshots(before: Snapshot, after: Snapshot, model: str, stable_version: int, canary_version: int,
-                      triton_url: str) -> Measurement:
-    """Canary vs stable between two snapshots of the same targets."""
+                      triton_url: str | Iterable[str]) -> Measurement:
+    """Canary vs stable between two snapshots of the same targets.
+
+    ``triton_url``: the Triton metrics URL, or those of every server; their deltas are summed
+    (a server unreadable at either end is listed as unreachable and adds nothing).
+    """
+    tritons = {triton_url} if isinstance(triton_url, str) else set(triton_url)
     unreachable = tuple(sorted(url for url in set(before.targets) | set(after.targets)
                                if before.targets.get(url) is None or after.targets.get(url) is None))
     gateway: list[Series] = []
@@ -220,26 +226,39 @@ def measure_snapshots(before: Snapshot, after: Snapshot, model: str, stable_vers
         if later is None or earlier is None:
             continue
         delta = deltas(earlier, later)
-        if url == triton_url:
-            triton = delta
+        if url in tritons:
+            triton = delta if triton is None else _added(triton, delta)
         else:
             gateway.append(delta)
     return Measurement(before.at, after.at, version_window(gateway, triton, model, canary_version),
                        version_window(gateway, triton, model, stable_version), unreachable)
 
 
-class ScrapeSource:
-    """Scrapes gateways and Triton (embedded stack); the window marker is the opening snapshot."""
+def _added(a: Series, b: Series) -> Series:
+    """Two servers' deltas as one."""
+    out = dict(a)
+    for key, value in b.items():
+        out[key] = out.get(key, 0.0) + value
+    return out
 
-    def __init__(self, gateway_metrics_urls: Sequence[str], triton_metrics_url: str,
+
+class ScrapeSource:
+    """Scrapes gateways and Triton (embedded stack); the window marker is the opening snapshot.
+
+    ``triton_metrics_url``: one metrics URL, or every Triton server's (their counters are summed).
+    """
+
+    def __init__(self, gateway_metrics_urls: Sequence[str], triton_metrics_url: str | Sequence[str],
                  fetch: Fetch | None = None) -> None:
         self.gateway_urls = tuple(gateway_metrics_urls)
-        self.triton_url = triton_metrics_url
+        urls = (triton_metrics_url,) if isinstance(triton_metrics_url, str) else tuple(triton_metrics_url)
+        self.triton_urls = urls
+        self.triton_url = urls[0] if urls else ""
         self.fetch = fetch or http_fetch()
 
     def snapshot(self, model: str, now: float) -> Snapshot:
         targets: dict[str, Series | None] = {}
-        for url in (*self.gateway_urls, self.triton_url):
+        for url in (*self.gateway_urls, *self.triton_urls):
             try:
                 targets[url] = keep(((s.key, s.value) for s in parse(self.fetch(url))), model)
             except (ConnectionError, ContractError):
@@ -253,12 +272,12 @@ class ScrapeSource:
                 now: float) -> Measurement:
         before = Snapshot.from_dict(opened)
         return measure_snapshots(before, self.snapshot(model, now), model, stable_version, canary_version,
-                                 self.triton_url)
+                                 self.triton_urls)
 
     def measure_between(self, model: str, stable_version: int, canary_version: int, opened: Mapping[str, Any],
                         closed: Mapping[str, Any]) -> Measurement:
         return measure_snapshots(Snapshot.from_dict(opened), Snapshot.from_dict(closed), model, stable_version,
-                                 canary_version, self.triton_url)
+                                 canary_version, self.triton_urls)
 
 
 # ------------------------------------------------------------------ Prometheus HTTP API
