@@ -85,6 +85,10 @@ class GatewayPollers:
                                           "Event-log segments not yet uploaded.")
         self.m_upload_failures = r.gauge("modelops_gateway_spool_upload_failures",
                                          "Failed event-log upload passes since start.")
+        self.m_triton_retries = r.counter("modelops_gateway_triton_retries_total",
+                                          "Triton calls sent again to another server, by reason (unreachable: "
+                                          "refused, reset or lost connection or HTTP 503; not_served: the version "
+                                          "is not loaded on the first server).")
 
     def _refresh_gauges(self, now: float) -> None:
         self.m_feature_age.set((), self.features.age_s(now))
@@ -92,6 +96,7 @@ class GatewayPollers:
         self.m_backlog_bytes.set((), float(self.logs.backlog_bytes))
         self.m_backlog_segments.set((), float(self.logs.backlog_segments))
         self.m_upload_failures.set((), float(self.logs.upload_failures))
+        self.m_triton_retries.values = {(("reason", reason),): float(n) for reason, n in self.triton.retries.items()}
         for (model, version), window in self.windows.items():
             labels = (("model", model), ("version", str(version)))
             _n, std, peak = window.stats(now)
