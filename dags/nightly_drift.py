@@ -8,7 +8,9 @@ day after promotion and recorded on the MLflow version) with the Spark job
 (`modelops drift` through the Apache Spark provider), whose executors read both from the
 store. The job writes the report to ``reports/drift/<model>/v<K>/dt=D/``; the last task
 attaches it to the version's MLflow run and notifies drift through apprise with the top
-causes and where the report is. Tasks exchange object-store locations only.
+causes and where the report is. Tasks exchange object-store locations only. The run's
+intermediate copies (``jobs/drift/dt=D/``: each version's current samples, the contract
+section) stay a week for reruns; ``prune_old_work`` deletes older days, whatever the run did.
 """
 
 from __future__ import annotations
@@ -71,6 +73,13 @@ def nightly_drift() -> None:
 
         return [publish(staged["day"], p) for p in prepared]
 
+    @task(trigger_rule="all_done")
+    def prune_old_work(staged: dict[str, Any]) -> int:
+        """The intermediate copies (``jobs/drift/dt=…``) older than a week: deleted, whatever this run did."""
+        from modelops.jobs.drift_tasks import prune_work
+
+        return prune_work(staged["day"])
+
     staged = locate_samples()
     prepared = prepare_versions(staged, validate_feature_contract(staged))
     spark_drift = SparkSubmitOperator.partial(
@@ -80,7 +89,7 @@ def nightly_drift() -> None:
         name="modelops-nightly-drift",
         retries=1,
     ).expand(application_args=spark_arguments(staged, prepared))
-    spark_drift >> publish_reports(staged, prepared)
+    spark_drift >> publish_reports(staged, prepared) >> prune_old_work(staged)
 
 
 nightly_drift()

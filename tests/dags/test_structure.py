@@ -30,12 +30,14 @@ EXPECTED = {
         "publish_metrics": [],
     },
     "nightly_drift": {
-        "locate_samples": ["prepare_versions", "publish_reports", "spark_arguments", "validate_feature_contract"],
+        "locate_samples": ["prepare_versions", "prune_old_work", "publish_reports", "spark_arguments",
+                           "validate_feature_contract"],
         "validate_feature_contract": ["prepare_versions"],
         "prepare_versions": ["publish_reports", "spark_arguments"],
         "spark_arguments": ["spark_drift"],
         "spark_drift": ["publish_reports"],
-        "publish_reports": [],
+        "publish_reports": ["prune_old_work"],
+        "prune_old_work": [],
     },
     "precompute_predictions": {"resolve_champions": ["score_snapshot"], "score_snapshot": []},
 }

@@ -45,6 +45,37 @@ def work_prefix(day: str) -> str:
     return f"{JOBS_PREFIX}/dt={day}"
 
 
+WORK_KEEP_DAYS = 7
+"""Days of intermediate objects kept (the newest reruns and debugging need them); older ones are deleted."""
+
+
+def stale_work_keys(keys: Iterator[str] | list[str], day: str, keep_days: int = WORK_KEEP_DAYS) -> list[str]:
+    """The intermediate objects (``jobs/drift/dt=X/...``) of days more than ``keep_days`` before ``day``.
+
+    Keys that do not carry a ``dt=YYYY-MM-DD`` folder are never selected.
+    """
+    oldest_kept = date.fromisoformat(day) - timedelta(days=keep_days)
+    stale = []
+    for key in keys:
+        folder = key[len(JOBS_PREFIX) + 1:].split("/", 1)[0] if key.startswith(JOBS_PREFIX + "/") else ""
+        try:
+            when = date.fromisoformat(folder.removeprefix("dt=")) if folder.startswith("dt=") else None
+        except ValueError:
+            when = None
+        if when is not None and when < oldest_kept:
+            stale.append(key)
+    return stale
+
+
+def prune_work(day: str, keep_days: int = WORK_KEEP_DAYS) -> int:
+    """Delete the intermediate objects of days older than ``keep_days`` before ``day``; returns how many."""
+    store = ObjectStore.from_settings()
+    stale = stale_work_keys(list(store.list_keys(JOBS_PREFIX + "/")), day, keep_days)
+    for key in stale:
+        store.delete(key)
+    return len(stale)
+
+
 def locate_day(day: str) -> dict[str, Any]:
     """The ``s3://`` location of D's scored samples and how many Parquet objects it holds."""
     store = ObjectStore.from_settings()
