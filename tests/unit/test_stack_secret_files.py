@@ -8,7 +8,7 @@ from pathlib import Path
 
 from modelops.config import load_settings
 from modelops.secretfiles import generated_secret, write_private
-from modelops.stack import services
+from modelops.stack import airflow_stack, services
 
 
 def test_the_airflow_password_file_is_written_0600_even_over_a_readable_one(tmp_path: Path) -> None:
@@ -22,7 +22,7 @@ def test_the_airflow_password_file_is_written_0600_even_over_a_readable_one(tmp_
     passwords = home / "simple_auth_manager_passwords.json"
     passwords.write_text("{}")
     passwords.chmod(0o644)
-    services.airflow_migrate(cfg)
+    airflow_stack.airflow_migrate(cfg)
     assert stat.S_IMODE(passwords.stat().st_mode) == 0o600
     assert json.loads(passwords.read_text())[cfg.airflow_user] == services.airflow_password(cfg)
     secret = tmp_path / "secrets" / "airflow-admin-password"
