@@ -148,3 +148,21 @@ def test_the_reconciler_leaves_the_instance_count_to_the_controller() -> None:
     assert config_mismatches(expected, {**other_kind, "instance_group": _counts_as(expected, other_kind)})
     two_groups = {**expected, "instance_group": expected["instance_group"] * 2}
     assert config_mismatches(expected, {**two_groups, "instance_group": _counts_as(expected, two_groups)})
+
+
+def test_the_status_of_several_triton_servers_is_kept_per_server(tmp_path: Any) -> None:
+    import json
+
+    from modelops.serving.scaler import Controller, Metrics, write_status
+    from modelops.serving.triton import TritonClient
+
+    shared = Metrics()
+    controllers = [Controller(TritonClient(url), f"{url}/metrics", Policy(), ".*", tmp_path / "audit.jsonl",
+                              metrics=shared) for url in ("http://10.0.0.1:8000", "http://10.0.0.2:8000")]
+    controllers[0].last["m"] = {"to": 2}
+    write_status(tmp_path / "one.json", controllers[:1])
+    assert json.loads((tmp_path / "one.json").read_text())["models"] == {"m": {"to": 2}}  # one server: as before
+    write_status(tmp_path / "two.json", controllers, error="http://10.0.0.2:8000: unreachable")
+    status = json.loads((tmp_path / "two.json").read_text())
+    assert status["models"] == {"http://10.0.0.1:8000": {"m": {"to": 2}}, "http://10.0.0.2:8000": {}}
+    assert status["error"].startswith("http://10.0.0.2:8000")

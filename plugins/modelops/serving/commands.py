@@ -92,6 +92,7 @@ def _reconcile(args: argparse.Namespace) -> int:
 def _scale(args: argparse.Namespace) -> int:
     import logging
     import time
+    from urllib.parse import urlsplit
 
     from prometheus_client import CollectorRegistry
 
@@ -113,19 +114,39 @@ def _scale(args: argparse.Namespace) -> int:
     def push(registry: CollectorRegistry) -> None:  # the change counters, as the batch jobs push theirs
         push_if_configured([PushGroup(scaler.PUSH_JOB, {}, registry)], "scaling")
 
-    controller = scaler.Controller(
-        TritonClient(cfg.triton_http_url, load_timeout_s=300.0), cfg.triton_metrics_url, scaler.policy_of(cfg),
-        cfg.scaling_models, scaler.audit_path_of(cfg), mode=cfg.scaling_mode, lock=lock, push=push)
+    metrics = scaler.Metrics()  # one set of counters for every server's controller
+    controllers: dict[str, scaler.Controller] = {}
+
+    def discovered() -> list[scaler.Controller]:
+        """One controller per Triton server (MODELOPS_TRITON_URL's dns+ name resolved at each tick)."""
+        urls = cfg.triton_url_list
+        for gone in set(controllers) - set(urls):
+            del controllers[gone]
+        for url in urls:
+            if url not in controllers:
+                controllers[url] = scaler.Controller(
+                    TritonClient(url, load_timeout_s=300.0),
+                    f"http://{urlsplit(url).hostname}:{cfg.triton_metrics_port}/metrics", scaler.policy_of(cfg),
+                    cfg.scaling_models, scaler.audit_path_of(cfg), mode=cfg.scaling_mode, lock=lock, push=push,
+                    metrics=metrics)
+        return [controllers[url] for url in urls]
+
     status_file = scaler.status_file_of(cfg)
     while True:
         started = time.monotonic()
+        changes, errors, ticked = [], [], []
         try:
-            changes = controller.tick()
-            scaler.write_status(status_file, controller)
-        except ModelopsError as exc:  # Triton unreachable: nothing is changed this tick
-            logging.getLogger("modelops.scaling").warning("tick skipped: %s", exc)
-            changes = []
-            scaler.write_status(status_file, controller, error=str(exc)[-500:])
+            ticked = discovered()
+        except ModelopsError as exc:  # no server resolves: nothing is changed this tick
+            errors.append(str(exc))
+        for controller in ticked:
+            try:
+                changes += controller.tick()
+            except ModelopsError as exc:  # this Triton unreachable: nothing is changed on it this tick
+                errors.append(f"{controller.client.base_url}: {exc}")
+        for error in errors:
+            logging.getLogger("modelops.scaling").warning("tick skipped: %s", error)
+        scaler.write_status(status_file, ticked, error="; ".join(errors)[-500:])
         if args.once:
             print(json.dumps(changes, indent=2))
             return 0

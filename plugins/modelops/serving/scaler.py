@@ -29,7 +29,7 @@ import os
 import re
 import socket
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -275,10 +275,17 @@ def status_file_of(cfg: Settings) -> Path:
     return cfg.home / "run" / "scaler.status.json"
 
 
-def write_status(path: Path, controller: Controller, *, error: str = "") -> None:
+def write_status(path: Path, controller: Controller | Sequence[Controller], *, error: str = "") -> None:
+    """The last decisions per model (several Triton servers: per server URL, then per model)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"at": time.time(), "error": error, "models": controller.last}, indent=1))
+    if isinstance(controller, Controller):
+        models: dict[str, Any] = controller.last
+    elif len(controller) == 1:
+        models = controller[0].last
+    else:
+        models = {c.client.base_url: c.last for c in controller}
+    tmp.write_text(json.dumps({"at": time.time(), "error": error, "models": models}, indent=1))
     tmp.replace(path)
 
 
