@@ -10,7 +10,6 @@ module (``modelops config --markdown``) and a test keeps the two in step.
 from __future__ import annotations
 
 import os
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
@@ -18,109 +17,11 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+from modelops import config_rules as rules
 from modelops.errors import ConfigError
 
-PROJECT_ROOT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = rules.PROJECT_ROOT
 """The repository root (``plugins/modelops/config.py`` lives two levels below it)."""
-
-
-def _port(raw: str) -> int:
-    value = int(raw)
-    if not 1 <= value <= 65535:
-        raise ValueError("must be a TCP port between 1 and 65535")
-    return value
-
-
-def _positive_int(raw: str) -> int:
-    value = int(raw)
-    if value < 1:
-        raise ValueError("must be an integer >= 1")
-    return value
-
-
-def _positive_float(raw: str) -> float:
-    value = float(raw)
-    if not value > 0:
-        raise ValueError("must be a number > 0")
-    return value
-
-
-def _fraction(raw: str) -> float:
-    value = float(raw)
-    if not 0.0 <= value <= 1.0:
-        raise ValueError("must be a number between 0 and 1")
-    return value
-
-
-def _bool(raw: str) -> bool:
-    lowered = raw.strip().lower()
-    if lowered in {"1", "true", "yes", "on"}:
-        return True
-    if lowered in {"0", "false", "no", "off"}:
-        return False
-    raise ValueError("must be one of true/false/1/0/yes/no/on/off")
-
-
-def _path(raw: str) -> Path:
-    if not raw.strip():
-        raise ValueError("must not be empty")
-    path = Path(raw).expanduser()
-    return path if path.is_absolute() else (PROJECT_ROOT / path)
-
-
-def _non_negative_float(raw: str) -> float:
-    value = float(raw)
-    if not value >= 0:
-        raise ValueError("must be a number >= 0")
-    return value
-
-
-def _regex(raw: str) -> str:
-    try:
-        re.compile(raw)
-    except re.error as exc:
-        raise ValueError(f"must be a regular expression ({exc})") from None
-    return raw
-
-
-def _host(raw: str) -> str:
-    if not re.fullmatch(r"[A-Za-z0-9.\-:]+", raw):
-        raise ValueError("must be a host name or IP address")
-    return raw
-
-
-def _choice(*choices: str) -> Callable[[str], str]:
-    def parse(raw: str) -> str:
-        if raw not in choices:
-            raise ValueError(f"must be one of {', '.join(choices)}")
-        return raw
-
-    parse.__name__ = "one of " + "|".join(choices)
-    return parse
-
-
-def _bucket(raw: str) -> str:
-    if not re.fullmatch(r"[a-z0-9][a-z0-9.\-]{1,61}[a-z0-9]", raw):
-        raise ValueError("must be an S3 bucket name (3-63 of a-z 0-9 . -)")
-    return raw
-
-
-def _text(raw: str) -> str:
-    return raw
-
-
-def _optional_url(raw: str) -> str:
-    if raw and not re.match(r"^[a-z][a-z0-9+.\-]*://", raw):
-        raise ValueError("must be empty or a URL with a scheme (http://host:port)")
-    return raw
-
-
-def _url_list(raw: str) -> tuple[str, ...]:
-    urls = tuple(u.strip().rstrip("/") for u in raw.split(",") if u.strip())
-    bad = [u for u in urls if not re.match(r"^(dns\+)?https?://[^/\s]+", u)]
-    if bad:
-        raise ValueError(f"must be comma-separated http(s) URLs; not a URL: {bad[0]!r}")
-    return urls
 
 
 @dataclass(frozen=True)
@@ -147,150 +48,152 @@ class Setting:
 
 
 SETTINGS: tuple[Setting, ...] = (
-    Setting("home", "MODELOPS_HOME", _path, ".modelops",
+    Setting("home", "MODELOPS_HOME", rules.path, ".modelops",
             "State directory of the embedded stack (logs, PIDs, databases); relative to the repo root."),
-    Setting("bind_host", "MODELOPS_BIND_HOST", _host, "127.0.0.1",
+    Setting("bind_host", "MODELOPS_BIND_HOST", rules.host, "127.0.0.1",
             "Address every embedded server binds to.", example="127.0.0.1"),
-    Setting("s3_port", "MODELOPS_S3_PORT", _port, "9310",
+    Setting("s3_port", "MODELOPS_S3_PORT", rules.port, "9310",
             "S3 port of the embedded object store (SeaweedFS, data under HOME/seaweedfs)."),
-    Setting("s3_grpc_port", "MODELOPS_S3_GRPC_PORT", _port, "9320", "gRPC port of the embedded SeaweedFS S3 server."),
-    Setting("seaweedfs_master_port", "MODELOPS_SEAWEEDFS_MASTER_PORT", _port, "9321",
+    Setting("s3_grpc_port", "MODELOPS_S3_GRPC_PORT", rules.port, "9320",
+            "gRPC port of the embedded SeaweedFS S3 server."),
+    Setting("seaweedfs_master_port", "MODELOPS_SEAWEEDFS_MASTER_PORT", rules.port, "9321",
             "HTTP port of the embedded SeaweedFS master."),
-    Setting("seaweedfs_master_grpc_port", "MODELOPS_SEAWEEDFS_MASTER_GRPC_PORT", _port, "9322",
+    Setting("seaweedfs_master_grpc_port", "MODELOPS_SEAWEEDFS_MASTER_GRPC_PORT", rules.port, "9322",
             "gRPC port of the embedded SeaweedFS master."),
-    Setting("seaweedfs_volume_port", "MODELOPS_SEAWEEDFS_VOLUME_PORT", _port, "9323",
+    Setting("seaweedfs_volume_port", "MODELOPS_SEAWEEDFS_VOLUME_PORT", rules.port, "9323",
             "HTTP port of the embedded SeaweedFS volume server."),
-    Setting("seaweedfs_volume_grpc_port", "MODELOPS_SEAWEEDFS_VOLUME_GRPC_PORT", _port, "9324",
+    Setting("seaweedfs_volume_grpc_port", "MODELOPS_SEAWEEDFS_VOLUME_GRPC_PORT", rules.port, "9324",
             "gRPC port of the embedded SeaweedFS volume server."),
-    Setting("seaweedfs_filer_port", "MODELOPS_SEAWEEDFS_FILER_PORT", _port, "9325",
+    Setting("seaweedfs_filer_port", "MODELOPS_SEAWEEDFS_FILER_PORT", rules.port, "9325",
             "HTTP port of the embedded SeaweedFS filer."),
-    Setting("seaweedfs_filer_grpc_port", "MODELOPS_SEAWEEDFS_FILER_GRPC_PORT", _port, "9326",
+    Setting("seaweedfs_filer_grpc_port", "MODELOPS_SEAWEEDFS_FILER_GRPC_PORT", rules.port, "9326",
             "gRPC port of the embedded SeaweedFS filer."),
-    Setting("s3_endpoint_url", "MODELOPS_S3_ENDPOINT_URL", _optional_url, "",
+    Setting("s3_endpoint_url", "MODELOPS_S3_ENDPOINT_URL", rules.optional_url, "",
             "S3 endpoint; empty means the embedded store at http://BIND_HOST:S3_PORT.",
             example="http://minio:9000"),
-    Setting("s3_access_key", "MODELOPS_S3_ACCESS_KEY", _text, "",
+    Setting("s3_access_key", "MODELOPS_S3_ACCESS_KEY", rules.text, "",
             "Access key for the object store; empty means: for the embedded store generate one at first start "
             "and keep it in HOME/secrets, for MODELOPS_S3_ENDPOINT_URL boto3's default credentials.",
             secret=True),
-    Setting("s3_secret_key", "MODELOPS_S3_SECRET_KEY", _text, "",
+    Setting("s3_secret_key", "MODELOPS_S3_SECRET_KEY", rules.text, "",
             "Secret key for the object store; empty: like MODELOPS_S3_ACCESS_KEY.", secret=True),
-    Setting("s3_region", "MODELOPS_S3_REGION", _text, "us-east-1", "Region name passed to boto3."),
-    Setting("bucket", "MODELOPS_BUCKET", _bucket, "modelops",
+    Setting("s3_region", "MODELOPS_S3_REGION", rules.text, "us-east-1", "Region name passed to boto3."),
+    Setting("bucket", "MODELOPS_BUCKET", rules.bucket, "modelops",
             "Bucket for Triton repositories, routes, event logs and reports."),
-    Setting("mlflow_bucket", "MODELOPS_MLFLOW_BUCKET", _bucket, "mlflow",
+    Setting("mlflow_bucket", "MODELOPS_MLFLOW_BUCKET", rules.bucket, "mlflow",
             "Bucket for MLflow artifacts."),
-    Setting("mlflow_port", "MODELOPS_MLFLOW_PORT", _port, "5510", "Port of the MLflow server."),
-    Setting("mlflow_tracking_uri", "MODELOPS_MLFLOW_TRACKING_URI", _optional_url, "",
+    Setting("mlflow_port", "MODELOPS_MLFLOW_PORT", rules.port, "5510", "Port of the MLflow server."),
+    Setting("mlflow_tracking_uri", "MODELOPS_MLFLOW_TRACKING_URI", rules.optional_url, "",
             "MLflow tracking URI; empty means the embedded server.", example="http://mlflow:5000"),
-    Setting("mlflow_backend", "MODELOPS_MLFLOW_BACKEND", _choice("sqlite", "postgresql"), "sqlite",
+    Setting("mlflow_backend", "MODELOPS_MLFLOW_BACKEND", rules.choice("sqlite", "postgresql"), "sqlite",
             "Backend store of the embedded MLflow server."),
-    Setting("postgres_port", "MODELOPS_POSTGRES_PORT", _port, "5532",
+    Setting("postgres_port", "MODELOPS_POSTGRES_PORT", rules.port, "5532",
             "Port of the private PostgreSQL cluster (only when MLFLOW_BACKEND=postgresql)."),
-    Setting("postgres_bin", "MODELOPS_POSTGRES_BIN", _path, "/usr/lib/postgresql/15/bin",
+    Setting("postgres_bin", "MODELOPS_POSTGRES_BIN", rules.path, "/usr/lib/postgresql/15/bin",
             "Directory with the PostgreSQL 15 server binaries (initdb, pg_ctl, postgres)."),
-    Setting("triton_http_port", "MODELOPS_TRITON_HTTP_PORT", _port, "8300",
+    Setting("triton_http_port", "MODELOPS_TRITON_HTTP_PORT", rules.port, "8300",
             "HTTP port of Triton (inference, repository API)."),
-    Setting("triton_grpc_port", "MODELOPS_TRITON_GRPC_PORT", _port, "8301", "gRPC port of Triton."),
-    Setting("triton_metrics_port", "MODELOPS_TRITON_METRICS_PORT", _port, "8302",
+    Setting("triton_grpc_port", "MODELOPS_TRITON_GRPC_PORT", rules.port, "8301", "gRPC port of Triton."),
+    Setting("triton_metrics_port", "MODELOPS_TRITON_METRICS_PORT", rules.port, "8302",
             "Prometheus metrics port of Triton."),
-    Setting("triton_url", "MODELOPS_TRITON_URL", _optional_url, "",
+    Setting("triton_url", "MODELOPS_TRITON_URL", rules.optional_url, "",
             "Triton HTTP URL; empty means the embedded server.", example="http://triton:8000"),
-    Setting("triton_backend", "MODELOPS_TRITON_BACKEND", _choice("python", "onnxruntime"), "python",
+    Setting("triton_backend", "MODELOPS_TRITON_BACKEND", rules.choice("python", "onnxruntime"), "python",
             "Backend of published models: python (model.py running onnxruntime) or native onnxruntime."),
-    Setting("airflow_port", "MODELOPS_AIRFLOW_PORT", _port, "8380", "Port of the Airflow API server / UI."),
-    Setting("airflow_worker_log_port", "MODELOPS_AIRFLOW_WORKER_LOG_PORT", _port, "8393",
+    Setting("airflow_port", "MODELOPS_AIRFLOW_PORT", rules.port, "8380", "Port of the Airflow API server / UI."),
+    Setting("airflow_worker_log_port", "MODELOPS_AIRFLOW_WORKER_LOG_PORT", rules.port, "8393",
             "Port of Airflow's worker log server."),
-    Setting("airflow_trigger_log_port", "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT", _port, "8394",
+    Setting("airflow_trigger_log_port", "MODELOPS_AIRFLOW_TRIGGER_LOG_PORT", rules.port, "8394",
             "Port of Airflow's triggerer log server."),
-    Setting("airflow_url", "MODELOPS_AIRFLOW_URL", _optional_url, "",
+    Setting("airflow_url", "MODELOPS_AIRFLOW_URL", rules.optional_url, "",
             "Airflow API base URL; empty means the embedded server.", example="http://airflow:8080"),
-    Setting("airflow_user", "MODELOPS_AIRFLOW_USER", _text, "admin", "Airflow admin user name."),
-    Setting("airflow_password", "MODELOPS_AIRFLOW_PASSWORD", _text, "",
+    Setting("airflow_user", "MODELOPS_AIRFLOW_USER", rules.text, "admin", "Airflow admin user name."),
+    Setting("airflow_password", "MODELOPS_AIRFLOW_PASSWORD", rules.text, "",
             "Airflow admin password; empty means generate one at first start and keep it in HOME.",
             secret=True),
-    Setting("airflow_parallelism", "MODELOPS_AIRFLOW_PARALLELISM", _positive_int, "4",
+    Setting("airflow_parallelism", "MODELOPS_AIRFLOW_PARALLELISM", rules.positive_int, "4",
             "Task slots of the embedded LocalExecutor."),
-    Setting("gateway_port", "MODELOPS_GATEWAY_PORT", _port, "8400", "Port of the serving gateway."),
-    Setting("gateway_workers", "MODELOPS_GATEWAY_WORKERS", _positive_int, "1",
+    Setting("gateway_port", "MODELOPS_GATEWAY_PORT", rules.port, "8400", "Port of the serving gateway."),
+    Setting("gateway_workers", "MODELOPS_GATEWAY_WORKERS", rules.positive_int, "1",
             "uvicorn worker processes of the gateway."),
-    Setting("spark_master", "MODELOPS_SPARK_MASTER", _text, "local[2]",
+    Setting("spark_master", "MODELOPS_SPARK_MASTER", rules.text, "local[2]",
             "Spark master URL of the batch jobs.", example="spark://spark-master:7077"),
-    Setting("notify_urls", "MODELOPS_NOTIFY_URLS", _text, "",
+    Setting("notify_urls", "MODELOPS_NOTIFY_URLS", rules.text, "",
             "Comma-separated apprise URLs for notifications; empty disables delivery.",
             example="json://127.0.0.1:8999/notify"),
-    Setting("feedback_secret", "MODELOPS_FEEDBACK_SECRET", _text, "",
+    Setting("feedback_secret", "MODELOPS_FEEDBACK_SECRET", rules.text, "",
             "HMAC secret for feedback tokens; empty means generate one at first start and keep it in HOME.",
             secret=True),
-    Setting("startup_timeout_s", "MODELOPS_STARTUP_TIMEOUT_S", _positive_float, "180",
+    Setting("startup_timeout_s", "MODELOPS_STARTUP_TIMEOUT_S", rules.positive_float, "180",
             "Seconds `stack up` waits for one service to become healthy."),
-    Setting("sample_share", "MODELOPS_SCORED_SAMPLE_SHARE", _fraction, "1.0",
+    Setting("sample_share", "MODELOPS_SCORED_SAMPLE_SHARE", rules.fraction, "1.0",
             "Share of requests whose scored items (with features) are logged."),
-    Setting("gateway_urls", "MODELOPS_GATEWAY_URLS", _url_list, "",
+    Setting("gateway_urls", "MODELOPS_GATEWAY_URLS", rules.url_list, "",
             "Comma-separated base URLs of every gateway replica: the canary waits for each to apply new "
             "routes and scrapes each one's metrics; dns+http://NAME:PORT stands for every address NAME "
             "resolves to (the replicas of a compose or headless service). Empty: the embedded gateway.",
             example="http://gateway-1:8400,http://gateway-2:8400"),
-    Setting("canary_metrics", "MODELOPS_CANARY_METRICS", _choice("auto", "scrape", "prometheus"), "auto",
+    Setting("canary_metrics", "MODELOPS_CANARY_METRICS", rules.choice("auto", "scrape", "prometheus"), "auto",
             "Where the canary reads its per-version metrics: scrape the gateways' and Triton's /metrics "
             "(differenced over the window), or PromQL against MODELOPS_PROMETHEUS_URL; auto: PromQL when "
             "MODELOPS_PROMETHEUS_URL is set or the embedded stack's Prometheus runs, else scrape."),
-    Setting("canary_sticky_salt", "MODELOPS_CANARY_STICKY_SALT", _choice("per_release", "none"), "per_release",
+    Setting("canary_sticky_salt", "MODELOPS_CANARY_STICKY_SALT", rules.choice("per_release", "none"), "per_release",
             "Salt of the sticky canary split: per_release (the canary's sha256 prefix, written to the routes "
             "document, so each release draws a different cohort of users) or none (the same users every time)."),
-    Setting("prometheus_url", "MODELOPS_PROMETHEUS_URL", _optional_url, "",
+    Setting("prometheus_url", "MODELOPS_PROMETHEUS_URL", rules.optional_url, "",
             "Prometheus HTTP API base URL (required when MODELOPS_CANARY_METRICS=prometheus).",
             example="http://prometheus:9090"),
-    Setting("prometheus_up_selector", "MODELOPS_PROMETHEUS_UP_SELECTOR", _text, "",
+    Setting("prometheus_up_selector", "MODELOPS_PROMETHEUS_UP_SELECTOR", rules.text, "",
             "PromQL label matchers of the gateway and Triton scrape targets (a target down in the window makes "
             "the analysis inconclusive). Empty: the targets that exported the model's series in the last hour.",
             example='job=~"modelops-gateway|triton"'),
-    Setting("pushgateway_url", "MODELOPS_PUSHGATEWAY_URL", _optional_url, "",
+    Setting("pushgateway_url", "MODELOPS_PUSHGATEWAY_URL", rules.optional_url, "",
             "Prometheus Pushgateway base URL: nightly_drift, feedback_join and the release phase push their "
             "results there. Empty: the embedded stack's Pushgateway when it runs (MODELOPS_OBSERVABILITY), "
             "else nothing is pushed.", example="http://pushgateway:9091"),
-    Setting("observability", "MODELOPS_OBSERVABILITY", _choice("auto", "on", "off"), "auto",
+    Setting("observability", "MODELOPS_OBSERVABILITY", rules.choice("auto", "on", "off"), "auto",
             "Start Prometheus (the repository's rules), Pushgateway, Alertmanager and the alert relay with the "
             "embedded stack: on, off, or auto (on when `make prometheus` has unpacked Debian's binaries)."),
-    Setting("prometheus_port", "MODELOPS_PROMETHEUS_PORT", _port, "9690", "Port of the embedded Prometheus."),
-    Setting("pushgateway_port", "MODELOPS_PUSHGATEWAY_PORT", _port, "9691", "Port of the embedded Pushgateway."),
-    Setting("alertmanager_port", "MODELOPS_ALERTMANAGER_PORT", _port, "9693", "Port of the embedded Alertmanager."),
-    Setting("alert_relay_port", "MODELOPS_ALERT_RELAY_PORT", _port, "9694",
+    Setting("prometheus_port", "MODELOPS_PROMETHEUS_PORT", rules.port, "9690", "Port of the embedded Prometheus."),
+    Setting("pushgateway_port", "MODELOPS_PUSHGATEWAY_PORT", rules.port, "9691", "Port of the embedded Pushgateway."),
+    Setting("alertmanager_port", "MODELOPS_ALERTMANAGER_PORT", rules.port, "9693",
+            "Port of the embedded Alertmanager."),
+    Setting("alert_relay_port", "MODELOPS_ALERT_RELAY_PORT", rules.port, "9694",
             "Port of the alert relay (Alertmanager's webhook into MODELOPS_NOTIFY_URLS)."),
-    Setting("statsd_port", "MODELOPS_STATSD_PORT", _port, "9695",
+    Setting("statsd_port", "MODELOPS_STATSD_PORT", rules.port, "9695",
             "UDP port where the embedded stack's StatsD bridge receives Airflow's metrics."),
-    Setting("statsd_bridge_port", "MODELOPS_STATSD_BRIDGE_PORT", _port, "9696",
+    Setting("statsd_bridge_port", "MODELOPS_STATSD_BRIDGE_PORT", rules.port, "9696",
             "HTTP port of the StatsD bridge's /metrics (scraped by the embedded Prometheus as job airflow)."),
-    Setting("scaling", "MODELOPS_SCALING", _choice("on", "off"), "off",
+    Setting("scaling", "MODELOPS_SCALING", rules.choice("on", "off"), "off",
             "Run the queue-driven instance scaling controller of Triton (`modelops scale`) with the embedded stack. "
             "Off by default: every instance is a process of its own (memory; CPU to start) and a change reloads the "
             "model, which a machine without spare cores pays for on every other request."),
-    Setting("scaling_models", "MODELOPS_SCALING_MODELS", _regex, ".*",
+    Setting("scaling_models", "MODELOPS_SCALING_MODELS", rules.regex, ".*",
             "Regular expression the Triton model names the controller scales must match (fully).",
             example="ranker(_preprocess|_model)?"),
-    Setting("scaling_min_instances", "MODELOPS_SCALING_MIN_INSTANCES", _positive_int, "1",
+    Setting("scaling_min_instances", "MODELOPS_SCALING_MIN_INSTANCES", rules.positive_int, "1",
             "Fewest instances of a scaled Triton model."),
-    Setting("scaling_max_instances", "MODELOPS_SCALING_MAX_INSTANCES", _positive_int, "4",
+    Setting("scaling_max_instances", "MODELOPS_SCALING_MAX_INSTANCES", rules.positive_int, "4",
             "Most instances of a scaled Triton model (>= MODELOPS_SCALING_MIN_INSTANCES)."),
-    Setting("scaling_up_queue_ms", "MODELOPS_SCALING_UP_QUEUE_MS", _positive_float, "50",
+    Setting("scaling_up_queue_ms", "MODELOPS_SCALING_UP_QUEUE_MS", rules.positive_float, "50",
             "Scale up when a version's mean queue time per request over the interval reaches this."),
-    Setting("scaling_down_queue_ms", "MODELOPS_SCALING_DOWN_QUEUE_MS", _non_negative_float, "5",
+    Setting("scaling_down_queue_ms", "MODELOPS_SCALING_DOWN_QUEUE_MS", rules.non_negative_float, "5",
             "Scale down when every version queues at most this (and nothing is pending) for the cool-down "
             "(< MODELOPS_SCALING_UP_QUEUE_MS: the gap is the hysteresis)."),
-    Setting("scaling_up_pending", "MODELOPS_SCALING_UP_PENDING", _positive_int, "8",
+    Setting("scaling_up_pending", "MODELOPS_SCALING_UP_PENDING", rules.positive_int, "8",
             "Scale up when a version has this many requests pending."),
-    Setting("scaling_cooldown_s", "MODELOPS_SCALING_COOLDOWN_S", _non_negative_float, "30",
+    Setting("scaling_cooldown_s", "MODELOPS_SCALING_COOLDOWN_S", rules.non_negative_float, "30",
             "No change within this many seconds of the last one; a scale-down needs low load for as long."),
-    Setting("scaling_interval_s", "MODELOPS_SCALING_INTERVAL_S", _positive_float, "2",
+    Setting("scaling_interval_s", "MODELOPS_SCALING_INTERVAL_S", rules.positive_float, "2",
             "Seconds between the controller's scrapes of Triton's metrics (the window of one decision)."),
-    Setting("scaling_mode", "MODELOPS_SCALING_MODE", _choice("replace", "update"), "replace",
+    Setting("scaling_mode", "MODELOPS_SCALING_MODE", rules.choice("replace", "update"), "replace",
             "How a count changes: replace (the override also sets a marker parameter: Triton loads a new copy beside "
             "the serving one and switches, ~6 s under load) or update (only the count: Triton updates in place but "
             "first waits for the model's queue to empty, 39 s measured under overload)."),
-    Setting("precomputed_max_age_s", "MODELOPS_PRECOMPUTED_MAX_AGE_S", _positive_float, "7200",
+    Setting("precomputed_max_age_s", "MODELOPS_PRECOMPUTED_MAX_AGE_S", rules.positive_float, "7200",
             "Freshness limit of precomputed predictions: the gateway answers online when the routed version's "
             "newest snapshot is older (two runs of the hourly precompute_predictions DAG)."),
-    Setting("precomputed_poll_s", "MODELOPS_PRECOMPUTED_POLL_S", _positive_float, "5",
+    Setting("precomputed_poll_s", "MODELOPS_PRECOMPUTED_POLL_S", rules.positive_float, "5",
             "Seconds between the gateway's looks for new precomputed snapshots of the routed versions."),
 )
 
@@ -432,7 +335,7 @@ def load_settings(env: Mapping[str, str] | None = None) -> Settings:
     for setting in SETTINGS:
         raw = source.get(setting.env, setting.default)
         try:
-            values[setting.attr] = setting.parse(raw.strip() if setting.parse is not _text else raw)
+            values[setting.attr] = setting.parse(raw.strip() if setting.parse is not rules.text else raw)
         except ValueError as exc:
             rule = str(exc) if not str(exc).startswith("invalid literal") else _rule_for(setting)
             shown = "<hidden>" if setting.secret else repr(raw)
@@ -465,16 +368,16 @@ def _check_scaling(values: Mapping[str, Any], problems: list[str]) -> None:
 
 def _rule_for(setting: Setting) -> str:
     names: dict[Callable[[str], Any], str] = {
-             _port: "must be a TCP port between 1 and 65535", _positive_int: "must be an integer >= 1",
-             _positive_float: "must be a number > 0", _fraction: "must be a number between 0 and 1",
-             _non_negative_float: "must be a number >= 0"}
+             rules.port: "must be a TCP port between 1 and 65535", rules.positive_int: "must be an integer >= 1",
+             rules.positive_float: "must be a number > 0", rules.fraction: "must be a number between 0 and 1",
+             rules.non_negative_float: "must be a number >= 0"}
     return names.get(setting.parse, "has the wrong type")
 
 
 def _check_distinct_ports(values: Mapping[str, Any], problems: list[str]) -> None:
     seen: dict[int, str] = {}
     for setting in SETTINGS:
-        if setting.parse is _port:
+        if setting.parse is rules.port:
             port = values[setting.attr]
             if port in seen and not (setting.attr == "postgres_port" and values["mlflow_backend"] == "sqlite"):
                 problems.append(
