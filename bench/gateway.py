@@ -36,7 +36,7 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import MutableMapping
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -116,16 +116,21 @@ def start_profiler(pid: int, out: Path) -> subprocess.Popen[bytes]:
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
 
-async def run_load(url: str, bodies: list[tuple[bytes, dict[str, str]]], concurrency: int) -> tuple[float, list[float]]:
-    """Send every body (round-robin) with ``concurrency`` workers; returns (seconds, latencies_ms)."""
+async def run_load(url: str | Sequence[str], bodies: list[tuple[bytes, dict[str, str]]],
+                   concurrency: int) -> tuple[float, list[float]]:
+    """Send every body (round-robin) with ``concurrency`` workers; returns (seconds, latencies_ms).
+
+    With several URLs (replicas of one server) worker ``k`` sends to ``url[k % len(url)]``.
+    """
     import aiohttp
 
+    urls = [url] if isinstance(url, str) else list(url)
     latencies: list[float] = []
     next_index = 0
     connector = aiohttp.TCPConnector(limit=concurrency)
     async with aiohttp.ClientSession(connector=connector) as session:
 
-        async def worker() -> None:
+        async def worker(url: str) -> None:
             nonlocal next_index
             while next_index < len(bodies):
                 body, headers = bodies[next_index]
@@ -138,7 +143,7 @@ async def run_load(url: str, bodies: list[tuple[bytes, dict[str, str]]], concurr
                 latencies.append((time.perf_counter() - started) * 1000)
 
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(concurrency)))
+        await asyncio.gather(*(worker(urls[k % len(urls)]) for k in range(concurrency)))
         return time.perf_counter() - started, latencies
 
 

@@ -32,7 +32,6 @@ import shutil
 import signal
 import statistics
 import sys
-import tempfile
 import time
 import uuid
 from dataclasses import replace
@@ -43,16 +42,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from modelops.config import stack_port_env  # after the path: runnable without the install
+from bench._stack import load_average, private_stack  # after the path: runnable without the install
+
 from modelops.stack.process import free_port
 
 GOAL_TRITON_S = 10.0
 GOAL_FULL_S = 90.0
-
-
-def _load() -> str:
-    one, five, _ = os.getloadavg()
-    return f"load average {one:.2f} (1 min), {five:.2f} (5 min) on {os.cpu_count()} cores"
 
 
 def _p99(values: list[float]) -> float:
@@ -206,19 +201,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.store_rounds < 3:
         parser.error("--store-rounds: at least 3 (medians)")
-    home = Path(tempfile.mkdtemp(prefix="modelops-bench-recovery-"))
-    os.environ.update(stack_port_env(args.port_base))
-    os.environ.update({"MODELOPS_HOME": str(home), "MODELOPS_NOTIFY_URLS": "",
-                       "MODELOPS_FEEDBACK_SECRET": "modelops-bench-recovery-secret"})
-    for key in ("MODELOPS_S3_ENDPOINT_URL", "MODELOPS_MLFLOW_TRACKING_URI", "MODELOPS_TRITON_URL",
-                "MODELOPS_AIRFLOW_URL", "MODELOPS_GATEWAY_URLS", "MODELOPS_S3_ACCESS_KEY", "MODELOPS_S3_SECRET_KEY"):
-        os.environ.pop(key, None)
-    from modelops.config import settings
+    cfg, home = private_stack(args.port_base, "modelops-bench-recovery-",
+                              MODELOPS_FEEDBACK_SECRET="modelops-bench-recovery-secret")
     from modelops.stack import launcher
 
-    settings.cache_clear()
-    cfg = settings()
-    print(f"start: {_load()}; stack on ports {args.port_base}+ in {home}", flush=True)
+    print(f"start: {load_average()}; stack on ports {args.port_base}+ in {home}", flush=True)
     finished = False
     try:
         launcher.up(cfg, progress=lambda line: None, only=["gateway", "reconciler"])
@@ -230,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
             print("starting the rest of the stack (MLflow, Airflow) for the whole-stack rounds ...", flush=True)
             launcher.up(cfg, progress=lambda line: None)
             full = bench_full(cfg, model, body, args.full_rounds)
-        print(f"end: {_load()}")
+        print(f"end: {load_average()}")
         triton_median = statistics.median(triton)
         print(f"Triton SIGKILL -> champion served: median {triton_median:.1f} s of {len(triton)} "
               f"(goal <= {GOAL_TRITON_S:g} s): ratio to goal {triton_median / GOAL_TRITON_S:.2f}")
