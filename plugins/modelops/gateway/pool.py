@@ -211,9 +211,10 @@ class TritonPool:
         order = self.order(model, version)
         if not order:
             raise TritonUnreachable(f"Triton {self.url}: no server found (is the service up?)")
-        for attempt, server in enumerate(order):
+        clients = [self.clients[server] for server in order]  # a refresh may drop a server meanwhile
+        for attempt, (server, client) in enumerate(zip(order, clients, strict=True)):
             try:
-                return await call(self.clients[server])
+                return await call(client)
             except (TritonUnreachable, VersionNotServed) as exc:
                 if isinstance(exc, TritonUnreachable):
                     self.healthy.discard(server)  # back when a refresh finds it ready
