@@ -44,6 +44,6 @@ def test_only_work_copies_older_than_the_kept_days_are_pruned() -> None:
             "jobs/drift/dt=2026-11-24/contract_section.json", "jobs/drift/dt=2026-11-30/m-v2/current.parquet",
             "jobs/drift/dt=not-a-day/x", "jobs/drift/readme.txt", "jobs/driftless/dt=2026-01-01/x",
             "reports/drift/m/v1/dt=2026-01-01/drift.json"]
-    assert stale_work_keys(keys, "2026-11-30", keep_days=7) == [
-        "jobs/drift/dt=2026-11-20/m-v1/current.parquet", "jobs/drift/dt=2026-11-23/m-v1/current.parquet"]
+    # a week kept: 2026-11-23 (seven days before) stays, 2026-11-20 goes
+    assert stale_work_keys(keys, "2026-11-30", keep_days=7) == ["jobs/drift/dt=2026-11-20/m-v1/current.parquet"]
     assert stale_work_keys(keys, "2026-11-30", keep_days=0) == keys[:3]
