@@ -4,23 +4,23 @@
 ``feedback_join`` DAG. The counting rules are in :mod:`modelops.feedback.definitions`;
 :mod:`modelops.feedback.reference` computes the same thing in plain Python.
 
-Shape of the work (built-in SQL functions only: no Python UDFs, no window functions):
+Shape of the work (built-in SQL functions only: no Python UDFs; the verdicts are built by
+:mod:`modelops.feedback.plan`):
 
 1. predictions: only ``feedback_token, ts, model, model_version`` are read; ``dt=/hour=``
    folders outside the run (plus :data:`~modelops.feedback.definitions.PARTITION_SLACK`)
-   are pruned and ``start <= ts < end`` is pushed down into the Parquet scan.
-   Impressions are a plain aggregate of that scan.
+   are pruned and ``start <= ts < end`` is pushed down into the Parquet scan. Impressions
+   per version are one small aggregate of that scan (the first action); they also number
+   the run's versions (:class:`~modelops.feedback.versions.VersionCodes`).
 2. Spark's runtime Bloom filter (enabled for this size in :data:`RUNTIME_BLOOM_FILTER`)
    is built from the well-formed events' tokens and applied to the prediction scan, so
    the predictions nobody reacted to (most of them) are never shuffled; nothing big is
    broadcast (the filter is a few MB).
-3. one shuffled hash join of the well-formed events with the run's predictions (one row
-   per token) gives every event its prediction and its unknown/outside verdict; that
-   result is cached. Everything after it is already partitioned by token, so the
-   duplicate test (an aggregate per ``(token, action)`` and a join back on the few
-   repeated pairs) and the per-token flags need no further shuffle.
-4. two actions: the quarantine write, which counts the rejections by reason as it goes
-   (a Spark ``Observation``), and one small collect of the per-version counts.
+3. the earliest prediction per token (a hash aggregate of one long), one shuffled hash
+   join with the well-formed events, cached; duplicates and kept counts follow without a
+   further shuffle.
+4. two more actions: the quarantine write, which counts the rejections by reason as it goes
+   (a Spark ``Observation``), and one small collect of the kept counts per version.
 
 Inputs and the output are local paths or object-store locations (``s3://bucket/prefix``,
 read and written by the executors through :mod:`modelops.spark_store`). A re-run of the same
@@ -39,12 +39,11 @@ from typing import TYPE_CHECKING, Any
 import pyarrow as pa
 
 from modelops import spark_store
-from modelops.errors import ContractError, ModelopsError
+from modelops.errors import ContractError
 from modelops.feedback.definitions import (
     DEFAULT_WINDOW_HOURS,
     PARTITION_SLACK,
     REASON_PRECEDENCE,
-    Reason,
     VersionCounts,
     check_interval,
     hour_floor,
@@ -54,20 +53,16 @@ from modelops.feedback.definitions import (
     window_micros,
 )
 from modelops.feedback.outputs import JSON_NAME, PARQUET_NAME, QUARANTINE_NAME, output_for
-from modelops.records import ACTIONS, FEEDBACK, PREDICTIONS
+from modelops.feedback.plan import CODE, KEPT_COLUMNS, REASON, build_plan
+from modelops.feedback.versions import Version, VersionCodes
+from modelops.records import FEEDBACK, PREDICTIONS
 
 if TYPE_CHECKING:
-    from pyspark.sql import Column, DataFrame, SparkSession
+    from pyspark.sql import DataFrame, SparkSession
 
     from modelops.feedback.outputs import Writer
 
 APP_NAME = "modelops-feedback-join"
-PARTITION_COLUMNS = ("dt", "hour")
-
-# Internal column names (prefixed so they never clash with a log's own columns).
-_TOKEN, _ACTION, _TS = "_fb_token", "_fb_action", "_fb_ts"
-_REASON, _PRE, _EID, _RECV_KEY = "reason", "_fb_pre", "_fb_eid", "_fb_recv_key"
-_COUNT_COLUMNS = ("impressions", "clicked", "converted", "skipped", "purchase_without_click")
 RUNTIME_BLOOM_FILTER = {
     # Spark builds a Bloom filter of the well-formed events' tokens and applies it to the
     # prediction scan, so predictions nobody reacted to are never shuffled. The defaults
@@ -78,7 +73,6 @@ RUNTIME_BLOOM_FILTER = {
     "spark.sql.optimizer.runtime.bloomFilter.expectedNumItems": "4000000",
     "spark.sql.optimizer.runtime.bloomFilter.numBits": "40000000",
 }
-_LAST = "9999-12-31 23:59:59.999999"
 
 
 @dataclass(frozen=True)
@@ -142,13 +136,15 @@ def run_feedback_join(
     preds = _read(spark, predictions, "predictions", ("feedback_token", "ts", "model", "model_version"),
                   PREDICTIONS, project=True)
     preds = _in_run(preds, start, end)
+    impressions = _impressions(preds)
+    codes = VersionCodes.of(impressions, start, end)
     raw_events = _read(spark, events, "events", ("feedback_token", "action", "ts"), FEEDBACK, project=False)
-    plan = _plan(raw_events, preds, window_us)
+    plan = build_plan(raw_events, preds, codes, window_us)
     plan.matched.persist()
     try:
         with output.writing() as writer:
             rejected = _write_quarantine(plan.rejected, writer)
-            rows = _collect_rows(preds, plan.firsts)
+            rows = _rows(impressions, codes, plan.kept)
             writer.put(PARQUET_NAME, _rows_parquet(rows))
             document = result_document(
                 start=start, end=end, window_hours=window_hours, rows=rows, rejected=rejected
@@ -168,8 +164,8 @@ def run_feedback_join(
 
 
 def _tune(spark: SparkSession) -> None:
-    # A shuffled hash join skips sorting the prediction side; the window functions then
-    # sort only the (smaller) joined events.
+    # A shuffled hash join skips sorting either side; the one window function sorts only
+    # the events of repeated (token, action) pairs.
     spark.conf.set("spark.sql.join.preferSortMergeJoin", "false")
     # Joins on (token, action) may reuse the partitioning by token instead of a new shuffle.
     spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
@@ -235,100 +231,8 @@ def _in_run(preds: DataFrame, start: datetime, end: datetime) -> DataFrame:
     )
 
 
-def _original_columns(raw_events: DataFrame) -> list[str]:
-    """The event log's own columns: without the ``dt``/``hour`` folders Spark adds as columns."""
-    return [c for c in raw_events.columns if c not in PARTITION_COLUMNS or c in FEEDBACK.names]
-
-
 def _epoch_hours(when: datetime) -> int:
     return int(when.timestamp()) // 3600
-
-
-@dataclass(frozen=True)
-class _Plan:
-    """The lazy frames of one run: ``matched`` is cached and feeds the other two."""
-
-    matched: DataFrame  # well-formed events with their prediction and pre-verdict
-    firsts: DataFrame  # one row per (token, action, model, version) with valid events, and their count
-    rejected: DataFrame  # every rejected event: its own columns plus ``reason``
-
-
-def _plan(raw_events: DataFrame, preds: DataFrame, window_us: int) -> _Plan:
-    """Build the verdicts with joins and aggregates only (no window functions, no UDFs)."""
-    from pyspark.sql import Window
-    from pyspark.sql import functions as F
-    from pyspark.sql.types import StringType, TimestampType
-
-    fields = {f.name: f.dataType for f in raw_events.schema.fields}
-
-    def text(name: str) -> Column:
-        return F.col(name) if isinstance(fields[name], StringType) else F.lit(None).cast("string")
-
-    def stamp(name: str) -> Column:
-        if name not in fields:
-            return F.lit(None).cast("timestamp")
-        return F.col(name) if isinstance(fields[name], TimestampType) else F.col(name).try_cast("timestamp")
-
-    keep = _original_columns(raw_events)
-    events = raw_events.select(
-        *keep,
-        text("feedback_token").alias(_TOKEN),
-        text("action").alias(_ACTION),
-        stamp("ts").alias(_TS),
-        # Copies are ordered by (ts, received_at nulls last): a null sorts as the latest time.
-        F.coalesce(stamp("received_at"), F.lit(_LAST).cast("timestamp")).alias(_RECV_KEY),
-    )
-    well_formed = (
-        F.col(_TOKEN).isNotNull()
-        & (F.col(_TOKEN) != "")
-        & F.col(_ACTION).isin(*ACTIONS)
-        & F.col(_TS).isNotNull()
-    )
-    malformed = events.where(~F.coalesce(well_formed, F.lit(False))).select(
-        *keep, F.lit(Reason.MALFORMED.value).alias(_REASON)
-    )
-    # The plain filter (not wrapped) lets Spark's runtime Bloom filter (see _tune) drop the
-    # predictions nobody reacted to before they are shuffled.
-    candidates = events.where(well_formed).withColumn(_EID, F.monotonically_increasing_id())
-
-    # One row per token: a re-logged request is matched on its earliest prediction.
-    earliest = (
-        preds.where(F.col("feedback_token").isNotNull())
-        .groupBy(F.col("feedback_token").alias("_p_token"))
-        .agg(F.min(F.struct("ts", "model", "model_version")).alias("_p"))
-    )
-    delta = F.unix_micros(F.col(_TS)) - F.unix_micros(F.col("_p.ts"))
-    pre = F.when(F.col("_p_token").isNull(), F.lit(Reason.UNKNOWN_TOKEN.value)).when(
-        (delta < 0) | (delta > window_us), F.lit(Reason.OUTSIDE_WINDOW.value)
-    )
-    matched = candidates.join(earliest.hint("shuffle_hash"), F.col(_TOKEN) == F.col("_p_token"), "left").select(
-        *keep, _TOKEN, _ACTION, _TS, _RECV_KEY, _EID, "_p", pre.alias(_PRE)
-    )
-
-    # Everything below is partitioned by token already, so it needs no further shuffle;
-    # the aggregates keep fixed-width buffers (hash aggregation, no sort).
-    valid = matched.where(F.col(_PRE).isNull()).select(
-        *keep, _TOKEN, _ACTION, _TS, _RECV_KEY, _EID,
-        F.col("_p.model").alias("_p_model"), F.col("_p.model_version").alias("_p_version"),
-    )
-    firsts = valid.groupBy(_TOKEN, _ACTION, "_p_model", "_p_version").agg(F.count(F.lit(1)).alias("_copies"))
-    repeated = firsts.where(F.col("_copies") > 1).select(
-        F.col(_TOKEN).alias("_r_token"), F.col(_ACTION).alias("_r_action")
-    )
-    # Only the few repeated (token, action) pairs are ordered: the first copy is kept.
-    order = Window.partitionBy(_TOKEN, _ACTION).orderBy(_TS, _RECV_KEY, _EID)
-    duplicates = (
-        valid.join(
-            repeated.hint("shuffle_hash"),
-            (F.col(_TOKEN) == F.col("_r_token")) & (F.col(_ACTION) == F.col("_r_action")),
-        )
-        .withColumn("_copy", F.row_number().over(order))
-        .where(F.col("_copy") > 1)
-        .select(*keep, F.lit(Reason.DUPLICATE.value).alias(_REASON))
-    )
-    outside = matched.where(F.col(_PRE).isNotNull()).select(*keep, F.col(_PRE).alias(_REASON))
-    rejected = malformed.unionByName(outside).unionByName(duplicates)
-    return _Plan(matched=matched, firsts=firsts, rejected=rejected)
 
 
 def _write_quarantine(rejected: DataFrame, writer: Writer) -> dict[str, int]:
@@ -338,49 +242,26 @@ def _write_quarantine(rejected: DataFrame, writer: Writer) -> dict[str, int]:
 
     observation = Observation("feedback_rejected")
     counted = rejected.observe(
-        observation, *(F.count_if(F.col(_REASON) == r.value).alias(r.value) for r in REASON_PRECEDENCE)
+        observation, *(F.count_if(F.col(REASON) == r.value).alias(r.value) for r in REASON_PRECEDENCE)
     )
     writer.frame(QUARANTINE_NAME, counted)
     return rejected_counts({k: int(v) for k, v in observation.get.items()})
 
 
-def _collect_rows(preds: DataFrame, firsts: DataFrame) -> tuple[VersionCounts, ...]:
-    """Per-version rows: impressions from the predictions, the rest from the kept events."""
-    from pyspark.sql import functions as F
+def _impressions(preds: DataFrame) -> dict[Version, int]:
+    """Predictions per ``(model, model_version)`` of the run (one small collect)."""
+    counts = preds.groupBy("model", "model_version").count().collect()
+    return {(row["model"], row["model_version"]): int(row["count"]) for row in counts}
 
-    def has(action: str) -> Column:
-        return F.max(F.col(_ACTION) == action)
 
-    # model and version depend on the token alone: grouping by them keeps a hash aggregate.
-    per_token = firsts.groupBy(_TOKEN, "_p_model", "_p_version").agg(
-        has("click").alias("c"), has("purchase").alias("pu"), has("skip").alias("s")
+def _rows(impressions: dict[Version, int], codes: VersionCodes, kept: DataFrame) -> tuple[VersionCounts, ...]:
+    """Per-version rows: impressions from the predictions, the rest from the kept counts by code."""
+    counts = {int(row[CODE]): [int(row[c]) for c in KEPT_COLUMNS] for row in kept.collect()}
+    rows = (
+        VersionCounts(version[0], version[1], impressions[version], *counts.get(code, [0] * len(KEPT_COLUMNS)))
+        for code, version in enumerate(codes.versions)
     )
-    kept = per_token.groupBy(F.col("_p_model").alias("model"), F.col("_p_version").alias("model_version")).agg(
-        F.lit(0).cast("long").alias("impressions"),
-        F.count_if("c").alias("clicked"),
-        F.count_if(F.col("c") & F.col("pu")).alias("converted"),
-        F.count_if("s").alias("skipped"),
-        F.count_if(F.col("pu") & ~F.col("c")).alias("purchase_without_click"),
-    )
-    zero = F.lit(0).cast("long")
-    impressions = preds.groupBy("model", "model_version").agg(
-        F.count(F.lit(1)).alias("impressions"),
-        *(zero.alias(c) for c in ("clicked", "converted", "skipped", "purchase_without_click")),
-    )
-    totals: dict[tuple[str | None, int | None], list[int]] = {}
-    for row in impressions.unionByName(kept).collect():
-        key = (row["model"], row["model_version"])
-        values = [int(row[c]) for c in _COUNT_COLUMNS]
-        totals[key] = [a + b for a, b in zip(totals.get(key, [0] * len(values)), values, strict=True)]
-    orphans = [key for key, values in totals.items() if values[0] == 0]
-    if orphans:  # every kept event has a prediction of the run, so this cannot happen
-        raise ModelopsError(f"kept feedback for versions without impressions: {sorted(orphans, key=str)}")
-    return tuple(
-        sorted(
-            (VersionCounts(key[0], key[1], *values) for key, values in totals.items()),
-            key=version_sort_key,
-        )
-    )
+    return tuple(sorted(rows, key=version_sort_key))
 
 
 def _rows_parquet(rows: tuple[VersionCounts, ...]) -> bytes:
