@@ -113,6 +113,12 @@ class SparkCluster:
         raise SystemExit(f"Spark cluster: {alive} of {self.workers} workers alive after {timeout_s:.0f} s "
                          f"(logs in {logs})")
 
+    def pids(self) -> list[int]:
+        """The running daemons (workers, master); an executor is a child of its worker."""
+        from modelops.stack import process
+
+        return [pid for f in self._pid_files() if (pid := process.live_pid(f)) is not None]
+
     def executors_per_worker(self, app_id: str) -> list[int]:
         """How many executors of application ``app_id`` each worker runs (from each worker's ``/json/``)."""
         return [sum(1 for e in _json(f"{self._ui(i)}/json/").get("executors", []) if e.get("appid") == app_id)

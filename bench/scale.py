@@ -10,17 +10,20 @@ everything it starts stopped by PID at the end:
    round: one asyncio client (``bench/gateway.py``'s ``run_load``) sends ``--requests`` requests at
    ``--concurrency`` (default 12: an equal share per replica), its connections dealt round-robin over
    the contender's replicas. Printed per window: throughput, p50/p99, and the CPU cores the client,
-   the gateways and Triton used. On one 2-core machine all of them share the same two cores: a
-   replica adds a process, not CPU, so the ratio to one replica is bounded by what the client and
-   Triton leave over (and by the other sessions' load); on separate machines each replica brings
-   its own cores.
+   the gateways, Triton and the whole machine used; at the end the CPU per request of each part
+   and the ceilings they set. On one 2-core machine all of them share the same two cores: a
+   replica adds a process, not CPU, so the ratio to one replica is bounded by what the client,
+   Triton and the machine's other work leave over; on separate machines each replica brings its
+   own cores.
 2. **Drift on a Spark standalone cluster** (``drift``): a master and 2 workers of 1 core each from
    pyspark's ``spark-class`` on loopback vs ``local[2]``, the same data (``bench/drift.py``'s
    generator, ``--rows`` per side), each contender in a driver process of its own with a warm
    session (started and warmed once, not timed), alternated per round; the results are asserted
-   equal and the cluster's executors asserted on both workers. Both have the same 2 cores on this
-   one machine: the ratio cluster / ``local[2]`` shows the cluster's overhead (executors in other
-   JVMs, tasks over RPC), not a speed-up; a speed-up needs workers on other machines.
+   equal and the cluster's executors asserted on both workers; the cores each contender's processes
+   used are printed. Both have the same 2 cores on this one machine: the ratio cluster / ``local[2]``
+   shows the cluster's overhead (executors in other JVMs, tasks over RPC) or, on a machine busy
+   with other work, its more numerous processes' larger share of the contended cores, not a
+   speed-up; a speed-up needs workers on other machines.
 3. **Triton SIGKILL -> champion served again** (``recovery``): ``bench/recovery.py``'s
    ``bench_triton`` (Triton's process group SIGKILLed, restarted as a supervisor would, the
    reconciler reloads the routed version), median of ``--recovery-rounds`` (5).
@@ -143,6 +146,23 @@ def bench_replicas(cfg: Any, home: Path, model: str, args: argparse.Namespace) -
                 proc.wait(timeout=10)
 
 
+def _replica_bound(windows: list[tuple[float, ...]]) -> str:
+    """What bounds the replicas' throughput on this machine, from the CPU each part spent per request."""
+    client, gateway, triton = (statistics.median(w[i] / w[0] * 1000 for w in windows) for i in (3, 4, 5))
+    total, cores = client + gateway + triton, os.cpu_count() or 1
+    ours = statistics.median(w[3] + w[4] + w[5] for w in windows)
+    return (f"  CPU per request (median of every window): client {client:.2f} ms, gateway {gateway:.2f} ms, Triton "
+            f"{triton:.2f} ms = {total:.2f} ms. The client, the gateways and Triton share the same {cores} cores: "
+            f"whatever the replica count the machine serves at most {cores} / {total:.2f} ms = "
+            f"{cores * 1000 / total:.0f} req/s, and one gateway process (one core) alone "
+            f"{1000 / gateway:.0f} req/s, so on this machine "
+            + ("a replica adds a process, not capacity" if gateway * cores <= total else
+               "replicas can raise one process' ceiling up to the machine's") + ". Here the other "
+            f"processes on the machine left this bench {ours:.2f} cores (machine busy above): "
+            f"{ours:.2f} / {total:.2f} ms = {ours * 1000 / total:.0f} req/s. On separate machines each replica "
+            "brings its own cores and Triton its own")
+
+
 # ------------------------------------------------------------------------------------------ drift on a cluster
 
 _DRIVER = f"""
@@ -220,8 +240,14 @@ def _differences(a: Any, b: Any, path: str = "") -> list[str]:
     return [] if a == b else [f"{path}: {a!r} != {b!r}"]
 
 
-def bench_drift(home: Path, args: argparse.Namespace) -> dict[str, list[float]]:
-    """Seconds per round of the drift job on ``local[2]`` and on the 2-worker cluster (results asserted equal)."""
+def bench_drift(home: Path, args: argparse.Namespace) -> dict[str, list[tuple[float, float]]]:
+    """Per round, (seconds, cores used) of the drift job on ``local[2]`` and on the 2-worker cluster.
+
+    Cores used: CPU seconds of the contender's processes (its driver with its Python workers; for
+    the cluster also the master and workers with their executors) per second of the job. The
+    results are asserted equal.
+    """
+    import psutil
     from bench.drift import generate
 
     started = time.perf_counter()
@@ -244,17 +270,21 @@ def bench_drift(home: Path, args: argparse.Namespace) -> dict[str, list[float]]:
                   flush=True)
         spread = cluster.executors_per_worker(drivers["cluster"].app_id)
         assert all(spread), f"the cluster application's executors per worker: {spread} (expected some on each)"
-        seconds: dict[str, list[float]] = {name: [] for name in drivers}
+        procs = {"local[2]": [psutil.Process(drivers["local[2]"].proc.pid)],
+                 "cluster": [psutil.Process(pid) for pid in (drivers["cluster"].proc.pid, *cluster.pids())]}
+        results: dict[str, list[tuple[float, float]]] = {name: [] for name in drivers}
         summaries: dict[str, Any] = {}
         for r in range(args.rounds):
             for name in drivers if r % 2 == 0 else list(drivers)[::-1]:
+                before = _cpu(procs[name])
                 took, summaries[name] = drivers[name].run()
-                seconds[name].append(took)
+                results[name].append((took, (_cpu(procs[name]) - before) / took))
             differences = _differences(summaries["local[2]"], summaries["cluster"])
             assert not differences, "cluster and local[2] results differ:\n  " + "\n  ".join(differences[:10])
-            print(f"  round {r + 1}: local[2] {seconds['local[2]'][-1]:.2f} s, cluster {seconds['cluster'][-1]:.2f} s"
-                  f" (results equal; executors per worker {spread})", flush=True)
-        return seconds
+            print(f"  round {r + 1}: " + ", ".join(f"{name} {rows[-1][0]:.2f} s ({rows[-1][1]:.2f} cores used)"
+                                                    for name, rows in results.items())
+                  + f"; results equal; executors per worker {spread}", flush=True)
+        return results
     finally:
         for driver in drivers.values():
             driver.close()
@@ -298,7 +328,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"start: {load_average()}; stack on ports {args.port_base}+ in {home}", flush=True)
     replicas: dict[int, list[tuple[float, ...]]] = {}
-    drift: dict[str, list[float]] = {}
+    drift: dict[str, list[tuple[float, float]]] = {}
     recovery: list[float] = []
     finished = False
     try:
@@ -331,16 +361,16 @@ def main(argv: list[str] | None = None) -> int:
               f"{client + gateways + triton:.2f}; the machine busy {busy:.2f}, I/O wait {iowait:.2f}, of "
               f"{os.cpu_count()})")
     if med:
-        print(f"  the client, the gateways and Triton share the same {os.cpu_count()} cores (with whatever else runs "
-              "on the machine): a replica adds a process, not CPU, so extra replicas only use what the client, "
-              "Triton and the other processes leave over; with the machine busy near its core count the ratio "
-              "shows that bound, not the gateway's scaling (on separate machines each replica brings its cores)")
-    drift_med = {name: statistics.median(s) for name, s in drift.items()}
-    for name, value in drift_med.items():
-        print(f"  drift job on {name}: {value:.2f} s")
+        print(_replica_bound([row for rows in replicas.values() for row in rows]))
+    drift_med = {name: (statistics.median(r[0] for r in rows), statistics.median(r[1] for r in rows))
+                 for name, rows in drift.items()}
+    for name, (value, cores) in drift_med.items():
+        print(f"  drift job on {name}: {value:.2f} s ({cores:.2f} cores used)")
     if drift_med:
-        print("  both drift contenders have the same 2 cores on this one machine: the cluster / local[2] ratio is the "
-              "cluster's overhead (executors in other JVMs, tasks over RPC), not a speed-up")
+        print(f"  both drift contenders have the same {os.cpu_count()} cores on this one machine: the cluster / "
+              "local[2] ratio is the cluster's overhead (executors in other JVMs, tasks over RPC) or, on a busy "
+              "machine, its processes' share of the contended cores (cores used above), not a speed-up: that needs "
+              "workers on other machines")
     if recovery:
         print(f"  Triton SIGKILL -> champion served: median {statistics.median(recovery):.1f} s of {len(recovery)} "
               f"(goal <= {GOAL_TRITON_S:g} s)")
@@ -349,7 +379,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"throughput {n} replicas / 1 replica: {med[n][0] / med[1][0]:.2f}")
     if drift_med:
         print(f"drift job cluster / local[2] (time; overhead, not speed-up, on one machine): "
-              f"{drift_med['cluster'] / drift_med['local[2]']:.2f}")
+              f"{drift_med['cluster'][0] / drift_med['local[2]'][0]:.2f}")
     if recovery:
         print(f"Triton recovery median / goal: {statistics.median(recovery) / GOAL_TRITON_S:.2f}")
     return 0
