@@ -82,9 +82,23 @@ def _serves(url: str, body: bytes) -> bool:
 
 
 def _cpu(procs: list[Any]) -> float:
-    from bench.gateway import cpu_seconds
+    """CPU seconds (user + system) of these processes, their live descendants and the children they reaped.
 
-    return sum(cpu_seconds(p) for p in procs)
+    The reaped children count too: PySpark's daemon forks the Python workers and reaps them.
+    """
+    import psutil
+
+    total = 0.0
+    for root in procs:
+        try:
+            family = [root, *root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            continue
+        for proc in family:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                t = proc.cpu_times()
+                total += t.user + t.system + t.children_user + t.children_system
+    return total
 
 
 def _machine() -> tuple[float, float]:
