@@ -118,6 +118,12 @@ SETTINGS: tuple[Setting, ...] = (
             "uvicorn worker processes of the gateway."),
     Setting("spark_master", "MODELOPS_SPARK_MASTER", rules.text, "local[2]",
             "Spark master URL of the batch jobs.", example="spark://spark-master:7077"),
+    Setting("spark_cluster_workers", "MODELOPS_SPARK_CLUSTER_WORKERS", rules.non_negative_int, "0",
+            "Workers of a Spark standalone cluster the embedded stack starts (a master and this many workers "
+            "from pyspark's spark-class; 0: none). Jobs use it with MODELOPS_SPARK_MASTER=spark://127.0.0.1:PORT.",
+            example="2"),
+    Setting("spark_cluster_port", "MODELOPS_SPARK_CLUSTER_PORT", rules.port, "9700",
+            "Port of the embedded Spark master (its web UI on PORT+1; worker i on PORT+10+10i, its UI +1)."),
     Setting("notify_urls", "MODELOPS_NOTIFY_URLS", rules.text, "",
             "Comma-separated apprise URLs for notifications; empty disables delivery.",
             example="json://127.0.0.1:8999/notify"),
@@ -238,6 +244,8 @@ class Settings:
     gateway_port: int
     gateway_workers: int
     spark_master: str
+    spark_cluster_workers: int
+    spark_cluster_port: int
     notify_urls: str
     feedback_secret: str
     startup_timeout_s: float
@@ -370,7 +378,7 @@ def _rule_for(setting: Setting) -> str:
     names: dict[Callable[[str], Any], str] = {
              rules.port: "must be a TCP port between 1 and 65535", rules.positive_int: "must be an integer >= 1",
              rules.positive_float: "must be a number > 0", rules.fraction: "must be a number between 0 and 1",
-             rules.non_negative_float: "must be a number >= 0"}
+             rules.non_negative_float: "must be a number >= 0", rules.non_negative_int: "must be an integer >= 0"}
     return names.get(setting.parse, "has the wrong type")
 
 
@@ -397,6 +405,7 @@ STACK_PORT_OFFSETS = {
     "MODELOPS_GATEWAY_PORT": 400, "MODELOPS_POSTGRES_PORT": 532,
     "MODELOPS_PROMETHEUS_PORT": 600, "MODELOPS_PUSHGATEWAY_PORT": 601, "MODELOPS_ALERTMANAGER_PORT": 602,
     "MODELOPS_ALERT_RELAY_PORT": 603, "MODELOPS_STATSD_PORT": 604, "MODELOPS_STATSD_BRIDGE_PORT": 605,
+    "MODELOPS_SPARK_CLUSTER_PORT": 700,  # the master; its UI and the workers' ports follow (700-799)
 }
 
 

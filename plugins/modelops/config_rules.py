@@ -27,6 +27,13 @@ def positive_int(raw: str) -> int:
     return value
 
 
+def non_negative_int(raw: str) -> int:
+    value = int(raw)
+    if value < 0:
+        raise ValueError("must be an integer >= 0")
+    return value
+
+
 def positive_float(raw: str) -> float:
     value = float(raw)
     if not value > 0:

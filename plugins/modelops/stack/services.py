@@ -337,9 +337,11 @@ def all_services(cfg: Settings) -> list[Service]:
     services = [object_store(cfg)]
     if cfg.mlflow_backend == "postgresql":
         services.append(postgres(cfg))
-    from modelops.stack.airflow_stack import airflow_services  # imports this module's Service
+    from modelops.stack.airflow_stack import airflow_services  # these two import this module's Service
+    from modelops.stack.spark_cluster import spark_services  # none unless MODELOPS_SPARK_CLUSTER_WORKERS > 0
 
-    services += [mlflow(cfg), triton(cfg), reconciler(cfg), gateway(cfg), *airflow_services(cfg)]
+    services += [mlflow(cfg), triton(cfg), reconciler(cfg), gateway(cfg), *spark_services(cfg),
+                 *airflow_services(cfg)]
     if cfg.scaling == "on":
         services.append(scaler(cfg))
     from modelops.observability.stack import stack_services  # Prometheus & co. (MODELOPS_OBSERVABILITY)
