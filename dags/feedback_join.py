@@ -29,9 +29,9 @@ CTR_CVR = Asset("s3://modelops/metrics/ctr_cvr")
     schedule="@daily",
     start_date=pendulum.datetime(2026, 11, 1, tz="UTC"),
     catchup=False,
-    # One run at a time: two runs over the same day write the same outputs (ctr_cvr, the day's quarantine
-    # parts) and could delete each other's files.
-    max_active_runs=1,
+    # Two: the daily scheduled run waits (deferred) for its day's feedback window to close, and a run
+    # triggered meanwhile (a backfill, a rerun, the tests) must not queue behind it for a day.
+    max_active_runs=2,
     params={
         "window_hours": Param(24, type="number", exclusiveMinimum=0,
                               description="Feedback counts up to this many hours after its prediction."),
