@@ -66,7 +66,7 @@ chmod 600 "$WORK/env"
 # A clean environment for Compose: the caller's variables (MODELOPS_*, ...) would win over the env file.
 compose() { env -i PATH="$PATH" HOME="$HOME" ${DOCKER_HOST:+DOCKER_HOST=$DOCKER_HOST} "$COMPOSE" -p "$PROJECT" --env-file "$WORK/env" -f docker-compose.yml -f docker-compose.test.yml "$@"; }
 log "up -d --wait"
-compose up -d --wait --wait-timeout "${COMPOSE_TEST_UP_TIMEOUT:-900}" --no-build --scale gateway=3
+compose up -d --wait --wait-timeout "${COMPOSE_TEST_UP_TIMEOUT:-900}" --no-build --scale gateway=3 --scale triton=3
 log "topology healthy; running the checks"
 # 1. From the host: what is published (and nothing else).
 ( set -a; . "$WORK/env"; set +a
@@ -83,7 +83,8 @@ MODELOPS_S3_SECRET_KEY=$S3_AIRFLOW_SECRET_KEY
 MODELOPS_MLFLOW_TRACKING_URI=http://mlflow:5000
 MLFLOW_TRACKING_USERNAME=admin
 MLFLOW_TRACKING_PASSWORD=$MLFLOW_ADMIN_PASSWORD
-MODELOPS_TRITON_URL=http://triton:8000
+MODELOPS_TRITON_URL=dns+http://triton:8000
+COMPOSE_TEST_PROJECT=$PROJECT
 MODELOPS_TRITON_BACKEND=$MODELOPS_TRITON_BACKEND
 MODELOPS_AIRFLOW_URL=http://airflow-api-server:8080
 MODELOPS_AIRFLOW_PASSWORD=$AIRFLOW_ADMIN_PASSWORD
@@ -101,8 +102,12 @@ S3_SPARK_SECRET_KEY=$S3_SPARK_SECRET_KEY
 CHECKS
 ) >"$WORK/checks.env"
 chmod 644 "$WORK/checks.env"
+# The engine's socket (and its group) for the check that crashes a Triton server under traffic.
+SOCK=${DOCKER_HOST:-unix:///var/run/docker.sock}
+SOCK=${SOCK#unix://}
 # shellcheck disable=SC2086
 "$DOCKER" run --rm --network "${PROJECT}_default" -e PYTHONDONTWRITEBYTECODE=1 \
+  -v "$SOCK:/var/run/docker.sock" --group-add "$(stat -c %g "$SOCK")" \
   -e MODELOPS_COMPOSE_CHECKS_ENV=/run/checks.env -v "$WORK/checks.env:/run/checks.env:ro" \
   -v "$ROOT/tests:/opt/modelops/tests:ro" -v "$ROOT/prometheus:/opt/modelops/prometheus:ro" modelops:latest \
   pytest -m compose tests/compose/test_release_story.py tests/compose/test_observability.py -p no:cacheprovider -x \

@@ -24,10 +24,10 @@ from tests.compose.test_release_story import MODEL, STORY, _checkpoint
 pytestmark = pytest.mark.compose
 
 #: The scrape jobs of prometheus/prometheus.yml, each with its compose targets.
-JOBS = {"triton": {"triton:8002"}, "pushgateway": {"pushgateway:9091"}, "airflow": {"statsd-bridge:9102"},
+JOBS = {"pushgateway": {"pushgateway:9091"}, "airflow": {"statsd-bridge:9102"},
         "prometheus": {"localhost:9090"}, "alertmanager": {"alertmanager:9093"}}
-#: The gateway job's targets: every replica of the gateway service (dns_sd_configs), three in this test.
-GATEWAY_REPLICAS = 3
+#: The gateway and triton jobs' targets: every replica of the service (dns_sd_configs), three of each in this test.
+GATEWAY_REPLICAS = TRITON_REPLICAS = 3
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +71,8 @@ def test_every_scrape_target_is_up(prometheus: str) -> None:
 
     replicas = {f"{address}:8400" for address in resolve_ipv4("gateway", 8400)}
     assert len(replicas) == GATEWAY_REPLICAS, replicas
+    tritons = {f"{address}:8002" for address in resolve_ipv4("triton", 8002)}
+    assert len(tritons) == TRITON_REPLICAS, tritons
     down: list[str] = []
     while time.monotonic() < deadline:
         targets = requests.get(f"{prometheus}/api/v1/targets", params={"state": "active"},
@@ -78,7 +80,7 @@ def test_every_scrape_target_is_up(prometheus: str) -> None:
         seen: dict[str, set[str]] = {}
         for target in targets:
             seen.setdefault(target["labels"]["job"], set()).add(target["labels"]["instance"])
-        assert seen == {**JOBS, "gateway": replicas}
+        assert seen == {**JOBS, "gateway": replicas, "triton": tritons}
         down = [f"{t['labels']['job']} {t['scrapeUrl']}: {t['health']} {t.get('lastError', '')}"
                 for t in targets if t["health"] != "up"]
         if not down:

@@ -42,10 +42,10 @@ def test_only_the_three_public_services_publish_ports() -> None:
     # Running, on the compose network only (Grafana, published in production, is not run here: no image).
     assert {"triton", "objectstore", "postgres", "spark-master", "spark-worker", "prometheus", "pushgateway",
             "alertmanager", "alert-relay", "statsd-bridge", "redis", "airflow-worker"} <= set(published)
-    # Two replicas of each worker (AIRFLOW_WORKERS, SPARK_WORKERS), all running.
-    for service in ("airflow-worker", "spark-worker"):
+    # Two replicas of each worker (AIRFLOW_WORKERS, SPARK_WORKERS), three Tritons (--scale triton=3), all running.
+    for service, count in (("airflow-worker", 2), ("spark-worker", 2), ("triton", 3)):
         replicas = [row for row in rows if row["Service"] == service]
-        assert len(replicas) == 2 and all(row["State"] == "running" for row in replicas), replicas
+        assert len(replicas) == count and all(row["State"] == "running" for row in replicas), replicas
 
 
 def test_the_load_balancer_answers_for_the_gateways() -> None:

@@ -23,7 +23,9 @@ import requests
 
 from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
+from modelops.errors import ModelopsError
 from modelops.objectstore import ObjectStore
+from modelops.traffic.runner import run_traffic
 from tests.support.worlds import publish_tables
 
 pytestmark = pytest.mark.compose
@@ -34,6 +36,8 @@ CANARY = {"canary_steps": "50,100", "analysis_interval_s": 5, "min_requests": 20
 DRIFTED = ("user_ctr_30d", "item_price", "user_sessions_7d")
 STORY: dict[str, Any] = {}
 GATEWAY_REPLICAS = 3  # docker/compose-test.sh: up --scale gateway=3
+TRITON_REPLICAS = 3  # docker/compose-test.sh: up --scale triton=3
+TRITON_KILL_RATE, TRITON_KILL_TRAFFIC_S = 20, 45  # requests/s and seconds of traffic around the kill
 RUNS: list[tuple[str, str]] = []  # (dag_id, run_id) of every run the story triggered: where its tasks ran
 
 
@@ -55,8 +59,6 @@ def _traffic_spec(n: int, seed: int, rate: float = 40.0) -> Any:
 
 
 def _run_traffic(cfg: Settings, n: int, seed: int) -> Any:
-    from modelops.traffic.runner import run_traffic
-
     return asyncio.run(run_traffic(_traffic_spec(n, seed, rate=150.0), cfg.gateway_url, progress=lambda line: None))
 
 
@@ -222,6 +224,100 @@ def test_a_faulty_version_is_rolled_back_with_its_mttr(
     assert float(info.tags["modelops.canary.mttr_s"]) == pytest.approx(status["mttr_s"], abs=1e-3)
     assert registry.get(MODEL, STORY["stable_version"]).stage == "Production"
     assert STORY["stable_tv"] in _served(compose_settings)
+    STORY.update(rolled_back_tv=canary_tv)
+
+
+def _triton_served(cfg: Settings, url: str) -> set[tuple[str, int]]:
+    """(model, version) READY on one Triton server, for the pipeline of MODEL (its three models)."""
+    from modelops.serving.publisher import specs_for
+    from modelops.serving.triton import TritonClient
+
+    names = {spec.name for spec in specs_for(MODEL, cfg).values()}
+    return {(row.name, row.version) for row in TritonClient(url, timeout_s=5.0).repository_index()
+            if row.name in names and row.state == "READY" and row.version is not None}
+
+
+def _triton_successes(address: str, version: int) -> float:
+    """Requests one Triton server answered for MODEL ``version`` since it started (its own counter)."""
+    from modelops.canary.promtext import parse_series
+
+    series = parse_series(requests.get(f"http://{address}:8002/metrics", timeout=5).text)
+    return sum(value for (name, labels), value in series.items() if name == "nv_inference_request_success"
+               and dict(labels).get("model") == MODEL and dict(labels).get("version") == str(version))
+
+
+def _until(what: str, check: Any, timeout_s: float) -> Any:
+    """Poll ``check`` (errors count as not yet) until it returns something truthy."""
+    deadline = time.monotonic() + timeout_s
+    last: Any = None
+    while time.monotonic() < deadline:
+        try:
+            last = check()
+            if last:
+                return last
+        except (requests.RequestException, OSError, ValueError, ModelopsError) as exc:  # a server restarting
+            last = exc
+        time.sleep(0.5)
+    raise AssertionError(f"{what} not within {timeout_s:.0f} s (last: {last!r})")
+
+
+def test_a_triton_server_killed_under_traffic_costs_no_request_and_serves_again(compose_settings: Settings) -> None:
+    """Three Triton servers (docker/compose-test.sh: --scale triton=3, MODELOPS_TRITON_URL=dns+http://triton:8000).
+    One is SIGKILLed (its server process: the container's restart policy brings it back; `docker kill` would
+    count as a manual stop) under traffic through the load balancer: every request is answered (a gateway
+    sends a call the dead server failed once more to another), the restarted server serves the routed
+    version again without a manual step (the reconciler), traffic reaches it again (the gateways' pools),
+    and the rolled-back canary is loaded on no server, before or after."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from modelops.serving.publisher import specs_for
+    from tests.compose.engine import Engine
+
+    assert STORY.get("rolled_back_tv"), "the rollback did not happen"
+    cfg = compose_settings
+    stable = STORY["stable_tv"]
+    routed = {(spec.name, stable) for spec in specs_for(MODEL, cfg).values()}
+    servers = cfg.triton_url_list
+    assert len(servers) == TRITON_REPLICAS, f"the triton service resolves to {servers}"
+    _until("every server serving exactly the routed version",
+           lambda: all(_triton_served(cfg, url) == routed for url in servers), 120)
+    engine = Engine.from_env()
+    victim = engine.containers("triton")[0]
+    address = engine.address(victim)
+    restarts = engine.inspect(victim)["RestartCount"]
+    answered = _triton_successes(address, stable)
+    with ThreadPoolExecutor(1) as pool:
+        traffic = pool.submit(lambda: asyncio.run(run_traffic(
+            replace(_traffic_spec(TRITON_KILL_RATE * TRITON_KILL_TRAFFIC_S, seed=6, rate=float(TRITON_KILL_RATE)),
+                    max_seconds=float(TRITON_KILL_TRAFFIC_S)), cfg.gateway_url, progress=lambda line: None)))
+        _until("traffic on the server to be killed", lambda: _triton_successes(address, stable) > answered, 60)
+        engine.start(victim, ["sh", "-c", "for p in /proc/[0-9]*; do [ \"$(cat $p/comm 2>/dev/null)\" = "
+                                          "tritonserver ] && kill -9 ${p#/proc/}; done"])
+        _until("the container restarted by its restart policy", lambda: (
+            (state := engine.inspect(victim))["RestartCount"] > restarts and state["State"]["Running"]), 60)
+        address = engine.address(victim)
+        _until("the restarted server serving the routed version (reconciled)",
+               lambda: _triton_served(cfg, f"http://{address}:8000") == routed, 180)
+        around_the_kill = traffic.result(timeout=TRITON_KILL_TRAFFIC_S + 60)
+    # Afterwards the gateways send the restarted server its share again (its counters restarted at 0).
+    after = asyncio.run(run_traffic(_traffic_spec(120, seed=7, rate=float(TRITON_KILL_RATE)), cfg.gateway_url,
+                                    progress=lambda line: None))
+    for report in (around_the_kill, after):
+        assert report.status == {200: report.sent} and report.transport_errors == 0, report.line()
+    assert around_the_kill.sent >= TRITON_KILL_RATE * 10, around_the_kill.line()
+    assert _triton_successes(address, stable) > 0, "the restarted server got no traffic back"
+    retries = sum(value for url in cfg.gateway_url_list
+                  for (name, _labels), value in _gateway_series(url).items()
+                  if name == "modelops_gateway_triton_retries_total")
+    assert retries > 0, "no gateway retried a call on another server: the kill was not under traffic"
+    for url in cfg.triton_url_list:  # the rolled-back canary came back nowhere
+        assert _triton_served(cfg, url) == routed, url
+
+
+def _gateway_series(url: str) -> dict[Any, float]:
+    from modelops.canary.promtext import parse_series
+
+    return dict(parse_series(requests.get(f"{url}/metrics", timeout=10).text))
 
 
 def test_object_store_identities_are_separate_and_tritons_is_read_only(

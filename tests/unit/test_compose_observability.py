@@ -48,11 +48,14 @@ def test_prometheus_scrapes_services_of_the_topology(services: dict) -> None:
         for target in targets:
             host = target.rsplit(":", 1)[0]
             assert host == "localhost" or host in services, (job, target)
-    # Every gateway replica, found through the service's DNS name (the canary resolves the same name).
-    (gateway_job,) = [j for j in config["scrape_configs"] if j["job_name"] == "gateway"]
-    assert jobs["gateway"] == [] and gateway_job["dns_sd_configs"] == [
-        {"names": ["gateway"], "type": "A", "port": 8400, "refresh_interval": "5s"}]
-    assert "gateway" in services
+    # Every gateway replica and every Triton server, found through the service's DNS name (the canary, the
+    # gateways and the reconciler resolve the same names).
+    for name, port in (("gateway", 8400), ("triton", 8002)):
+        (job,) = [j for j in config["scrape_configs"] if j["job_name"] == name]
+        assert jobs[name] == [] and job["dns_sd_configs"] == [
+            {"names": [name], "type": "A", "port": port, "refresh_interval": "5s"}]
+        assert name in services
+    assert services["gateway"]["environment"]["MODELOPS_TRITON_URL"] == "dns+http://triton:8000"
     airflow = services["airflow-scheduler"]["environment"]
     assert jobs["airflow"] == [f"{airflow['AIRFLOW__METRICS__STATSD_HOST']}:9102"]
     assert "9102" in services["statsd-bridge"]["command"]

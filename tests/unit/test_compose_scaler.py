@@ -34,7 +34,8 @@ def test_the_scaler_is_off_unless_its_profile_is_enabled(tmp_path: Path) -> None
     assert scaler["command"] == ["modelops", "scale"]
     assert scaler["image"] == topology["services"]["reconciler"]["image"]
     env = scaler["environment"]
-    assert env["MODELOPS_TRITON_URL"] == "http://triton:8000" and env["MODELOPS_TRITON_METRICS_PORT"] == "8002"
+    # every Triton server of the service (one controller each), found by DNS
+    assert env["MODELOPS_TRITON_URL"] == "dns+http://triton:8000" and env["MODELOPS_TRITON_METRICS_PORT"] == "8002"
     # the per-model lock lives in the object store: the reconciler's identity, which takes the same lock
     assert env["MODELOPS_S3_ACCESS_KEY"] == topology["services"]["reconciler"]["environment"]["MODELOPS_S3_ACCESS_KEY"]
     assert env["MODELOPS_SCALING_MODE"] == "replace" and env["MODELOPS_SCALING_MAX_INSTANCES"] == "4"
