@@ -35,7 +35,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 
 from modelops.gateway.eventlog import prediction_record  # noqa: E402
-from modelops.gateway.spool import GroupCommitter, SegmentWriter, encode_frame  # noqa: E402
+from modelops.gateway.groupcommit import GroupCommitter  # noqa: E402
+from modelops.gateway.spool import SegmentWriter, encode_frame  # noqa: E402
 
 
 def _record(k: int) -> list[object]:

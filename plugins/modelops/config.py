@@ -134,6 +134,11 @@ SETTINGS: tuple[Setting, ...] = (
             "Seconds `stack up` waits for one service to become healthy."),
     Setting("sample_share", "MODELOPS_SCORED_SAMPLE_SHARE", rules.fraction, "1.0",
             "Share of requests whose scored items (with features) are logged."),
+    Setting("spool_sync", "MODELOPS_SPOOL_SYNC", rules.choice("write", "fsync"), "write",
+            "What the gateway's 200 (prediction) and 202 (feedback) wait for: write (the record is written to "
+            "its spool segment: a crash or kill -9 of the gateway loses none; fdatasync follows within 50 ms, "
+            "so only a crash of the whole machine can lose the last 50 ms) or fsync (written and fdatasynced "
+            "before the answer, group-committed: ~0.5 ms more per answer at concurrency 1)."),
     Setting("gateway_urls", "MODELOPS_GATEWAY_URLS", rules.url_list, "",
             "Comma-separated base URLs of every gateway replica: the canary waits for each to apply new "
             "routes and scrapes each one's metrics; dns+http://NAME:PORT stands for every address NAME "
@@ -250,6 +255,7 @@ class Settings:
     feedback_secret: str
     startup_timeout_s: float
     sample_share: float
+    spool_sync: str
     gateway_urls: tuple[str, ...]
     canary_metrics: str
     canary_sticky_salt: str

@@ -24,8 +24,8 @@ from modelops.gateway.eventlog import (
     scored_converter,
     scored_record,
 )
+from modelops.gateway.groupcommit import GroupCommitter
 from modelops.gateway.spool import (
-    GroupCommitter,
     SegmentWriter,
     SpoolFull,
     encode_frame,
@@ -171,7 +171,7 @@ def test_group_commit_batches_concurrent_appends_and_each_is_on_disk_when_acknow
     writer.write = counting_write  # type: ignore[method-assign]
 
     async def main() -> None:
-        committer = GroupCommitter(writer, budget_bytes=10**9, usage=lambda: 0)
+        committer = GroupCommitter(writer, budget_bytes=10**9, usage=lambda: 0, sync="fsync")
         committer.start()
 
         async def one(k: int) -> None:
@@ -187,6 +187,61 @@ def test_group_commit_batches_concurrent_appends_and_each_is_on_disk_when_acknow
     assert len(writes) < 50, "appends share fsyncs"
     records = [r for p in tmp_path.glob("*.seg") for r in read_frames(p.read_bytes())[0]]
     assert len(records) == 200
+
+
+def test_sync_write_acknowledges_once_written_and_fdatasyncs_within_the_flush_interval(tmp_path: Path) -> None:
+    writer = SegmentWriter(tmp_path)
+    syncs: list[float] = []
+    original_sync = writer.sync
+
+    def counting_sync() -> None:
+        syncs.append(time.monotonic())
+        original_sync()
+
+    writer.sync = counting_sync  # type: ignore[method-assign]
+
+    async def main() -> None:
+        committer = GroupCommitter(writer, budget_bytes=10**9, usage=lambda: 0, flush_interval_s=0.02)
+        assert committer.sync == "write"  # the default
+        committer.start()
+        await committer.append(_feedback(0))  # no segment open yet: written and fsynced by the writer thread
+        assert not writer.unsynced
+        for k in range(1, 50):
+            await committer.append(_feedback(k))  # returns without a thread hand-off: on the page cache
+            assert writer.current is not None
+            records = read_frames(writer.current.read_bytes())[0]
+            assert records[-1][0] == f"tok-{k}", "acknowledged means written to the segment"
+        assert writer.unsynced and not syncs
+        deadline = time.monotonic() + 5
+        while writer.unsynced and time.monotonic() < deadline:
+            await asyncio.sleep(0.005)
+        assert not writer.unsynced and len(syncs) == 1, "one fdatasync for the 49 records, within the interval"
+        await committer.close()
+
+    asyncio.run(main())
+    records = [r[0] for p in tmp_path.glob("*.seg") for r in read_frames(p.read_bytes())[0]]
+    assert records == [f"tok-{k}" for k in range(50)]
+
+
+def test_sync_write_refuses_with_spool_full_when_the_disk_write_fails(tmp_path: Path) -> None:
+    writer = SegmentWriter(tmp_path)
+
+    async def main() -> None:
+        committer = GroupCommitter(writer, budget_bytes=10**9, usage=lambda: 0)
+        committer.start()
+        await committer.append(_feedback(0))
+        assert writer.current is not None
+        os.close(writer._fd)  # the next write fails with EBADF, as a failing disk would with EIO
+        with pytest.raises(SpoolFull, match="event spool write failed"):
+            await committer.append(_feedback(1))
+        writer._fd = -1  # the fd is gone: nothing left to seal
+
+    asyncio.run(main())
+
+
+def test_sync_mode_is_checked() -> None:
+    with pytest.raises(ValueError, match="sync: must be one of write, fsync, got 'lazy'"):
+        GroupCommitter(SegmentWriter(Path("/tmp")), budget_bytes=1, usage=lambda: 0, sync="lazy")
 
 
 def test_budget_refuses_new_writes(tmp_path: Path) -> None:
@@ -333,7 +388,7 @@ def test_close_answers_the_batch_in_flight_and_the_records_queued_behind_it(tmp_
             super().write(frames)
 
     async def main() -> None:
-        committer = GroupCommitter(SlowDisk(tmp_path), budget_bytes=1 << 30, usage=lambda: 0)
+        committer = GroupCommitter(SlowDisk(tmp_path), budget_bytes=1 << 30, usage=lambda: 0, sync="fsync")
         committer.start()
         first = asyncio.create_task(committer.append(_feedback(0)))
         await asyncio.to_thread(entered.wait, 5)  # the first batch is in the writer thread

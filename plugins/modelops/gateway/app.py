@@ -29,7 +29,7 @@ import numpy.typing as npt
 
 from modelops.config import Settings, settings
 from modelops.features import feature_names, load_features
-from modelops.gateway.accesslog import BufferedLineHandler
+from modelops.gateway.accesslog import BufferedLineHandler, direct_sink
 from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
 from modelops.gateway.delay import LoopLag, RequestTiming, TritonDelays, origin
 from modelops.gateway.eventlog import (
@@ -99,7 +99,7 @@ class Gateway(GatewayPollers):
         spool_root = Path(options.spool_dir) if options.spool_dir else cfg.home / "gateway" / "spool"
         self.logs = EventLogs(spool_root, self.store, self.names, SpoolConfig(
             max_segment_bytes=options.segment_max_bytes, max_segment_age_s=options.segment_max_age_s,
-            budget_bytes=options.spool_budget_bytes))
+            budget_bytes=options.spool_budget_bytes, sync=cfg.spool_sync))
         self.triton = TritonPool(cfg.triton_http_url)  # every server of a dns+http:// name, or the one URL
         self.routes: dict[str, Routes] = {}
         self.routes_applied_at: dict[str, str] = {}
@@ -201,7 +201,11 @@ class Gateway(GatewayPollers):
                 return
 
     def _access(self, request_id: str, method: str, path: str, status: int, **fields: Any) -> None:
-        if access_log.isEnabledFor(logging.INFO):
+        sink = direct_sink(access_log)  # the buffered stdout handler alone (create_app): no LogRecord
+        if sink is not None:
+            sink(json_line({"ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                            "request_id": request_id, "method": method, "path": path, "status": status, **fields}))
+        elif access_log.isEnabledFor(logging.INFO):
             access_log.info(json_line({"ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
                                        "request_id": request_id, "method": method, "path": path,
                                        "status": status, **fields}))

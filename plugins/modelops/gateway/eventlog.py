@@ -31,7 +31,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from modelops.errors import ModelopsError
-from modelops.gateway.spool import GroupCommitter, SegmentWriter, spool_usage
+from modelops.gateway.groupcommit import GroupCommitter
+from modelops.gateway.spool import SegmentWriter, spool_usage
 from modelops.gateway.upload import BlobStore, SegmentConverter, Uploader, iter_hours
 from modelops.records import EXPLANATIONS, FEEDBACK, LOG_PREFIXES, PREDICTIONS, scored_samples_schema
 
@@ -144,6 +145,7 @@ class SpoolConfig:
     budget_bytes: int = 1024 * 1024 * 1024
     upload_interval_s: float = 1.0
     max_backoff_s: float = 10.0
+    sync: str = "write"  # predictions, feedback, explanations: what an acknowledged record is (spool.SYNC_MODES)
 
 
 class EventLogs:
@@ -164,7 +166,8 @@ class EventLogs:
             directory = root / kind
             writer = SegmentWriter(directory, max_bytes=config.max_segment_bytes,
                                    max_age_s=config.max_segment_age_s)
-            committer = GroupCommitter(writer, budget_bytes=config.budget_bytes, usage=self.usage_bytes)
+            committer = GroupCommitter(writer, budget_bytes=config.budget_bytes, usage=self.usage_bytes,
+                                       sync=config.sync)
             committer.on_sealed = self._on_sealed
             self.committers[kind] = committer
             self.uploaders[kind] = Uploader(directory, LOG_PREFIXES[kind], store, converters[kind])

@@ -4,10 +4,10 @@ Each log kind (predictions, feedback, scored samples) has a directory of append-
 segment files. A record is a framed msgpack list (``<u32 length><u32 crc32><payload>``),
 so a torn tail after a crash is detected and cut, never misread.
 
-* **Group commit.** :class:`GroupCommitter` collects records from many requests and
-  writes them with one ``write`` + ``fsync`` in a writer thread; a caller awaits its
-  batch's fsync before acknowledging (feedback: 202, predictions and scored samples: 200),
-  so concurrent requests share one fsync and an acknowledged record survives kill -9.
+* **Durability before the answer.** :class:`modelops.gateway.groupcommit.GroupCommitter`
+  appends a request's record before it is acknowledged: written to the segment on the event
+  loop (:meth:`SegmentWriter.write_now`, fdatasynced within 50 ms) or group-committed with an
+  fsync (:data:`~modelops.gateway.groupcommit.SYNC_MODES`).
 * **Rotation.** A segment is sealed (``.open`` renamed to ``.seg``) when it reaches a
   size or an age; the writer holds an exclusive ``flock`` on its open segment.
 * **Upload.** :class:`modelops.gateway.upload.Uploader` converts a sealed segment to one Parquet file per
@@ -22,17 +22,16 @@ so a torn tail after a crash is detected and cut, never misread.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import logging
 import os
 import socket
 import struct
+import threading
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -119,13 +118,48 @@ class SegmentWriter:
     _opened_at: float = 0.0
     _seq: int = 0
     _host: str = field(default_factory=lambda: socket.gethostname().split(".")[0][:32] or "host")
+    _unsynced: bool = False  # written by write_now and not yet fdatasynced
+    _lock: threading.Lock = field(default_factory=threading.Lock)  # the fd and size: the loop vs the writer thread
 
     def __post_init__(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
 
+    def write_now(self, frames: bytes) -> bool:
+        """Append ``frames`` from the event loop without fsync; False when it must go through :meth:`write`.
+
+        Only a plain append to an open segment that is not due for rotation happens here (one
+        ``write`` to the page cache, a few microseconds); opening, rotating and syncing stay in the
+        writer thread. A writer-thread operation holding the lock makes this return False rather
+        than wait. On a write error the segment is cut back to its last whole frame, as in
+        :meth:`write`, and the error raised.
+        """
+        if not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._fd < 0 or self.due():
+                return False
+            self._append(frames)
+            self._unsynced = True
+            return True
+        finally:
+            self._lock.release()
+
+    def sync(self) -> None:
+        """``fdatasync`` what :meth:`write_now` appended (writer thread)."""
+        with self._lock:
+            fd, pending = self._fd, self._unsynced
+            self._unsynced = False
+        if fd >= 0 and pending:
+            os.fdatasync(fd)  # only the writer thread closes fds, so it is still this segment's
+
     @property
     def current(self) -> Path | None:
         return self._path
+
+    @property
+    def unsynced(self) -> bool:
+        """Whether :meth:`write_now` appended records that are not fdatasynced yet."""
+        return self._unsynced
 
     def _open(self) -> None:
         self._seq += 1
@@ -140,18 +174,23 @@ class SegmentWriter:
         self._fd, self._path, self._size, self._opened_at = fd, path, 0, self.clock()
 
     def write(self, frames: bytes) -> None:
-        """Append ``frames`` and fsync them; rotate first when the segment is full or old."""
+        """Append ``frames`` and fsync them (with anything :meth:`write_now` appended); rotate first when due."""
         if not frames:
             return
         self.rotate_if_due()
-        if self._fd < 0:
-            self._open()
+        with self._lock:
+            if self._fd < 0:
+                self._open()
+            self._append(frames)
+            self._unsynced = False
+            os.fdatasync(self._fd)  # data and the size that reads it back (fsync would also flush mtime)
+
+    def _append(self, frames: bytes) -> None:
         view = memoryview(frames)
         try:
             while view:
                 written = os.write(self._fd, view)
                 view = view[written:]
-            os.fdatasync(self._fd)  # data and the size that reads it back (fsync would also flush mtime)
         except OSError:
             # A full disk can take part of the batch (up to a page boundary) before ENOSPC: cut the
             # segment back to its last acknowledged frame, so the refused batch leaves no torn bytes
@@ -163,7 +202,7 @@ class SegmentWriter:
                 # Cannot cut: seal the segment as it is (the reader stops at the torn bytes, after every
                 # acknowledged frame) so that no later batch lands behind them.
                 with contextlib.suppress(OSError):
-                    self.seal()
+                    self._seal_locked()
             raise
         self._size += len(frames)
 
@@ -178,12 +217,18 @@ class SegmentWriter:
 
     def seal(self) -> Path | None:
         """Close and seal the current segment (no-op when none is open); returns the sealed path."""
+        with self._lock:
+            return self._seal_locked()
+
+    def _seal_locked(self) -> Path | None:
         if self._fd < 0 or self._path is None:
             return None
-        path, fd, size = self._path, self._fd, self._size
-        self._fd, self._path, self._size = -1, None, 0
+        path, fd, size, unsynced = self._path, self._fd, self._size, self._unsynced
+        self._fd, self._path, self._size, self._unsynced = -1, None, 0, False
         sealed = path.with_suffix(SEALED_SUFFIX) if size else None
         try:
+            if unsynced and sealed is not None:
+                os.fdatasync(fd)  # a sealed segment is whole on disk before it is uploaded and deleted
             if sealed is not None:
                 os.rename(path, sealed)
             else:
@@ -242,136 +287,3 @@ def spool_usage(root: Path) -> tuple[int, int]:
                     total += os.stat(os.path.join(dirpath, name)).st_size
                     count += 1
     return total, count
-
-
-# --------------------------------------------------------------------------- group commit
-
-
-class GroupCommitter:
-    """Batches appends from the event loop into one write + fsync per batch in a writer thread.
-
-    Args:
-        writer: the kind's segment writer (used only from the writer thread).
-        budget_bytes: refuse appends while the spool root holds more than this.
-        usage: returns the spool root's current bytes (refreshed by the uploader).
-        flush_interval_s: how often records queued without waiting are written.
-    """
-
-    def __init__(self, writer: SegmentWriter, *, budget_bytes: int, usage: Callable[[], int],
-                 flush_interval_s: float = 0.05) -> None:
-        self.writer = writer
-        self.flush_interval_s = flush_interval_s
-        self.budget_bytes = budget_bytes
-        self._usage = usage
-        self._pending: list[bytes] = []
-        self._waiters: list[asyncio.Future[None]] = []
-        self._wakeup: asyncio.Event | None = None
-        self._task: asyncio.Task[None] | None = None
-        self._closing = False
-        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="spool-" + writer.directory.name)
-        self.on_sealed: Callable[[Path], None] = lambda _path: None
-        self.unflushed_bytes = 0
-
-    def start(self) -> None:
-        self._wakeup = asyncio.Event()
-        self._task = asyncio.get_running_loop().create_task(self._run(), name="spool-" + self.writer.directory.name)
-
-    def check_budget(self) -> None:
-        """Raise :class:`SpoolFull` when the spool is over its disk budget."""
-        if self._usage() + self.unflushed_bytes > self.budget_bytes:
-            raise SpoolFull(f"event spool over its disk budget of {self.budget_bytes} bytes "
-                            "(the object store is probably unreachable)")
-
-    def append_nowait(self, record: Sequence[Any]) -> None:
-        """Queue a record for the next timed flush (within ``flush_interval_s``; lost if the process dies first).
-
-        Not waking the writer per record keeps thread hand-offs off the hot path: the
-        prediction logs are written in batches every few tens of milliseconds.
-        """
-        frame = encode_frame(record)
-        self._pending.append(frame)
-        self.unflushed_bytes += len(frame)
-
-    async def append(self, record: Sequence[Any]) -> None:
-        """Queue a record and wait until its batch is on disk (written and fsynced)."""
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._waiters.append(future)
-        self.append_nowait(record)
-        if self._wakeup is not None:
-            self._wakeup.set()
-        await future
-
-    def _write_batch(self, frames: bytes) -> Path | None:
-        self.writer.write(frames)
-        return self.writer.rotate_if_due()
-
-    def _rotate(self) -> Path | None:
-        return self.writer.rotate_if_due()
-
-    async def _run(self) -> None:
-        assert self._wakeup is not None
-        loop = asyncio.get_running_loop()
-        while True:
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(self.flush_interval_s):
-                    await self._wakeup.wait()
-            self._wakeup.clear()
-            if self._closing:
-                return  # close() writes what is pending; a batch already in the writer thread was finished
-            frames, self._pending = self._pending, []
-            waiters, self._waiters = self._waiters, []
-            size = sum(len(f) for f in frames)
-            try:
-                if frames:
-                    sealed = await loop.run_in_executor(self._executor, self._write_batch, b"".join(frames))
-                elif self.writer.due():  # no job runs in the writer thread now: its state is safe to read
-                    sealed = await loop.run_in_executor(self._executor, self._rotate)
-                else:  # an idle tick: no thread hand-off (four logs x 20 ticks a second otherwise)
-                    sealed = None
-            except Exception as exc:  # disk full, I/O error: the callers must not get a 202
-                log.exception("spool write failed")
-                for waiter in waiters:
-                    if not waiter.done():
-                        waiter.set_exception(SpoolFull(f"event spool write failed: {exc}"))
-                self.unflushed_bytes -= size
-                continue
-            self.unflushed_bytes -= size
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-            if sealed is not None:
-                self.on_sealed(sealed)
-
-    async def close(self) -> None:
-        """Finish the batch in flight, write what is pending, seal the segment, stop the writer thread.
-
-        Every waiter is answered: done when its record is on disk, :class:`SpoolFull` when the
-        last write failed (never left hanging). Not cancelling the writer task mid-batch keeps
-        the answer of the batch it was writing.
-        """
-        self._closing = True
-        if self._task is not None:
-            if self._wakeup is not None:
-                self._wakeup.set()
-            await self._task
-        frames, self._pending = self._pending, []
-        waiters, self._waiters = self._waiters, []
-        loop = asyncio.get_running_loop()
-        try:
-            if frames:
-                await loop.run_in_executor(self._executor, self.writer.write, b"".join(frames))
-        except Exception as exc:
-            log.exception("spool: the last write at close failed")
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_exception(SpoolFull(f"event spool write failed: {exc}"))
-        else:
-            for waiter in waiters:
-                if not waiter.done():
-                    waiter.set_result(None)
-        finally:
-            self.unflushed_bytes = 0
-            try:
-                await loop.run_in_executor(self._executor, self.writer.seal)
-            finally:
-                self._executor.shutdown(wait=True)
