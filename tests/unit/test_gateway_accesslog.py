@@ -6,7 +6,7 @@ import asyncio
 import io
 import logging
 
-from modelops.gateway.accesslog import BufferedLineHandler
+from modelops.gateway.accesslog import BufferedLineHandler, direct_sink
 
 
 class CountingStream(io.StringIO):
@@ -113,3 +113,28 @@ def test_line_chunks_cut_at_line_ends() -> None:
     assert list(line_chunks(b"aa\nbbbbbbbb\ncc\n", limit=6)) == [b"aa\n", b"bbbbbbbb\n", b"cc\n"]
     assert list(line_chunks(b"abcdef\n", limit=7)) == [b"abcdef\n"]
     assert list(line_chunks(b"", limit=7)) == []
+
+
+def test_direct_sink_only_when_the_buffered_handler_alone_gets_info_lines() -> None:
+    handler = BufferedLineHandler(CountingStream())
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger = _logger(handler, "test.accesslog.direct")
+    assert direct_sink(logger) == handler.add_line
+    sink = direct_sink(logger)
+    assert sink is not None
+    sink('{"a":1}')
+    logger.info('{"b":2}')
+    handler.flush()
+    assert handler.stream.getvalue() == '{"a":1}\n{"b":2}\n'  # type: ignore[attr-defined]
+
+    logger.propagate = True  # a parent's handlers (e.g. pytest's caplog) must see the records
+    assert direct_sink(logger) is None
+    logger.propagate = False
+    logger.setLevel(logging.WARNING)
+    assert direct_sink(logger) is None
+    logger.setLevel(logging.INFO)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(message)s"))  # a formatter that adds to the line
+    assert direct_sink(logger) is None
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(logging.StreamHandler(io.StringIO()))
+    assert direct_sink(logger) is None

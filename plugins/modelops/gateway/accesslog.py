@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TextIO
 
 PIPE_BUF = 4096
@@ -43,6 +43,25 @@ def line_chunks(data: bytes, limit: int = PIPE_BUF) -> Iterator[bytes]:
                 cut = size - 1
         yield data[start : cut + 1]
         start = cut + 1
+
+
+def direct_sink(logger: logging.Logger) -> Callable[[str], None] | None:
+    """``add_line`` of ``logger``'s :class:`BufferedLineHandler` when a line logged at INFO goes there and nowhere else.
+
+    Then a caller can hand it the formatted line itself and skip the ``LogRecord`` (time,
+    thread, process id, caller lookup: ~10 us per request on the gateway's hot path);
+    otherwise (another handler, a level above INFO, propagation) None: log as usual.
+    """
+    handlers = logger.handlers
+    if len(handlers) != 1 or logger.propagate or not logger.isEnabledFor(logging.INFO) or logger.filters:
+        return None
+    handler = handlers[0]
+    if type(handler) is not BufferedLineHandler or handler.filters or handler.level > logging.INFO:
+        return None
+    formatter = handler.formatter
+    if formatter is not None and formatter._fmt not in (None, "%(message)s"):
+        return None
+    return handler.add_line
 
 
 class BufferedLineHandler(logging.Handler):
@@ -70,6 +89,10 @@ class BufferedLineHandler(logging.Handler):
         except Exception:
             self.handleError(record)
             return
+        self.add_line(line)
+
+    def add_line(self, line: str) -> None:
+        """Buffer one formatted line (what :meth:`emit` does after formatting; the gateway calls it directly)."""
         with self._guard:
             self._lines.append(line)
             self._size += len(line) + 1

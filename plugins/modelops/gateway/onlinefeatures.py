@@ -49,6 +49,8 @@ class LoadedSnapshot:
     item_positions: npt.NDArray[np.int64]
     width: int
     baseline: npt.NDArray[np.float32]  # per feature: the mean over the snapshot's users / items (explain's reference)
+    user_columns: slice | npt.NDArray[np.int64]  # user_positions as a slice when they are one run (a cheaper copy)
+    item_columns: slice | npt.NDArray[np.int64]
 
     @classmethod
     def prepare(cls, snapshot: str, lookup: Any, published_at: float, loaded_at: float) -> LoadedSnapshot:
@@ -64,16 +66,23 @@ class LoadedSnapshot:
                    {str(k): i for i, k in enumerate(lookup.user_index)},
                    {str(k): i for i, k in enumerate(lookup.item_index)},
                    lookup.user_values, lookup.item_values, lookup.user_positions, lookup.item_positions,
-                   width, baseline)
+                   width, baseline, _columns(lookup.user_positions), _columns(lookup.item_positions))
 
     def matrix(self, user_id: str, item_ids: Sequence[str]) -> npt.NDArray[np.float32]:
         missing_item = len(self.item_values) - 1
         rows = [self.item_rows.get(item, missing_item) for item in item_ids]
         user_row = self.user_rows.get(user_id, len(self.user_values) - 1)
         out = np.empty((len(rows), self.width), dtype=np.float32)
-        out[:, self.user_positions] = self.user_values[user_row]
-        out[:, self.item_positions] = self.item_values[rows]
+        out[:, self.user_columns] = self.user_values[user_row]
+        out[:, self.item_columns] = self.item_values[rows]
         return out
+
+
+def _columns(positions: npt.NDArray[np.int64]) -> slice | npt.NDArray[np.int64]:
+    """``positions`` as a slice when they are consecutive (a block copy instead of a scatter), else themselves."""
+    if len(positions) and np.array_equal(positions, np.arange(positions[0], positions[0] + len(positions))):
+        return slice(int(positions[0]), int(positions[0]) + len(positions))
+    return positions
 
 
 class OnlineFeatures:

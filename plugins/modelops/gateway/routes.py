@@ -24,6 +24,7 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any
 
 from modelops.errors import ContractError
@@ -42,7 +43,7 @@ class VersionRef:
     version: int
     sha256: str
 
-    @property
+    @cached_property  # read several times per answered request
     def label(self) -> str:
         """The ``X-Model-Version`` value: ``<sha256[:12]>/<triton version>``."""
         return f"{self.sha256[:12]}/{self.version}"

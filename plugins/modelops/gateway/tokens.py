@@ -17,6 +17,8 @@ import secrets
 from dataclasses import dataclass
 from pathlib import Path
 
+import msgspec
+
 from modelops.errors import ModelopsError
 
 TOKEN_TTL_S = 24 * 3600
@@ -47,6 +49,9 @@ class TokenClaims:
     issued_at: float
 
 
+_ENCODE = msgspec.json.Encoder().encode
+
+
 def _b64(data: bytes) -> str:
     return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
 
@@ -57,11 +62,8 @@ def _unb64(text: str) -> bytes:
 
 def issue_token(secret: bytes, claims: TokenClaims) -> str:
     """Sign ``claims`` into a token."""
-    payload = json.dumps(
-        {"r": claims.request_id, "m": claims.model, "v": claims.model_version,
-         "s": claims.model_sha256, "t": round(claims.issued_at, 3)},
-        separators=(",", ":"),
-    ).encode()
+    payload = _ENCODE({"r": claims.request_id, "m": claims.model, "v": claims.model_version,
+                       "s": claims.model_sha256, "t": round(claims.issued_at, 3)})  # compact JSON, as json.dumps gave
     body = _b64(payload)
     signature = hmac.digest(secret, body.encode("ascii"), "sha256")  # one-shot: no HMAC object per token
     return f"{body}.{_b64(signature)}"
