@@ -22,6 +22,9 @@ class AirflowError(ModelopsError):
     """The Airflow API refused or failed a request."""
 
 
+_RETRIED_ON_DATABASE_ERROR = frozenset({"GET", "PUT", "PATCH"})
+
+
 @dataclass
 class AirflowClient:
     base_url: str
@@ -29,6 +32,7 @@ class AirflowClient:
     password: str
     timeout_s: float = 30.0
     retries: int = 3
+    backoff_s: float = 1.0  # the wait before retry k is k x this
     _token: str | None = field(default=None, repr=False)
     _session: requests.Session = field(default_factory=requests.Session, repr=False)
 
@@ -46,17 +50,26 @@ class AirflowClient:
         return {"Authorization": f"Bearer {self._token}"}
 
     def request(self, method: str, path: str, **kwargs: Any) -> Any:
-        """One API call; reads (GET) are retried on connection errors and time-outs."""
-        attempts = self.retries if method == "GET" else 1
+        """One API call.
+
+        Reads (GET) are retried on connection errors and time-outs. GET, PUT and PATCH are also
+        retried when Airflow answers 500 "Database error": its database refused the transaction
+        (SQLite's lock wait of 5 s ran out while the scheduler wrote), so nothing was changed.
+        """
+        attempts = self.retries if method in _RETRIED_ON_DATABASE_ERROR else 1
         for attempt in range(1, attempts + 1):
             try:
                 response = self._session.request(method, f"{self.base_url}{path}", headers=self._auth_header(),
                                                  timeout=self.timeout_s, **kwargs)
-                break
             except requests.RequestException as exc:
-                if attempt == attempts:
+                if attempt == attempts or method != "GET":
                     raise AirflowError(f"Airflow API {self.base_url} unreachable: {exc}") from exc
-                time.sleep(attempt)
+                time.sleep(attempt * self.backoff_s)
+                continue
+            if response.status_code == 500 and "Database error" in response.text and attempt < attempts:
+                time.sleep(attempt * self.backoff_s)
+                continue
+            break
         if response.status_code >= 400:
             raise AirflowError(f"Airflow API {method} {path}: HTTP {response.status_code} {response.text[:300]}")
         return response.json() if response.content else None

@@ -1,0 +1,74 @@
+"""AirflowClient's retries, against a local HTTP server that answers like Airflow's API."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import ClassVar
+
+import pytest
+
+from modelops.airflow_client import AirflowClient, AirflowError
+
+DATABASE_ERROR = {"detail": {"reason": "Database error", "statement": "hidden", "orig_error": "hidden",
+                             "message": "Serious error when handling your request."}}
+
+
+class FakeAirflow(BaseHTTPRequestHandler):
+    failures: ClassVar[dict[str, int]] = {}  # method -> 500 "Database error" answers still to give
+    calls: ClassVar[list[str]] = []
+
+    def log_message(self, *_args: object) -> None:
+        pass
+
+    def _answer(self, status: int, document: object) -> None:
+        body = json.dumps(document).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def _any(self) -> None:
+        if self.path == "/auth/token":
+            self._answer(201, {"access_token": "t"})
+            return
+        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.calls.append(self.command)
+        if self.failures.get(self.command, 0) > 0:
+            self.failures[self.command] -= 1
+            self._answer(500, DATABASE_ERROR)
+        else:
+            self._answer(200, {"dag_id": "d", "is_paused": False})
+
+    do_GET = do_POST = do_PATCH = _any
+
+
+@pytest.fixture
+def airflow() -> Iterator[AirflowClient]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), FakeAirflow)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    FakeAirflow.failures, FakeAirflow.calls = {}, []
+    try:
+        yield AirflowClient(f"http://127.0.0.1:{server.server_address[1]}", "admin", "pw", timeout_s=5, backoff_s=0.01)
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_patch_is_retried_when_the_database_refused_the_transaction(airflow: AirflowClient) -> None:
+    FakeAirflow.failures = {"PATCH": 1}
+    assert airflow.request("PATCH", "/api/v2/dags/d", json={"is_paused": False})["is_paused"] is False
+    assert FakeAirflow.calls == ["PATCH", "PATCH"]
+
+
+def test_a_post_is_not_retried_and_a_lasting_database_error_is_reported(airflow: AirflowClient) -> None:
+    FakeAirflow.failures = {"POST": 1, "GET": 5}
+    with pytest.raises(AirflowError, match=r"POST /api/v2/dags/d/dagRuns: HTTP 500 .*Database error"):
+        airflow.request("POST", "/api/v2/dags/d/dagRuns", json={})
+    with pytest.raises(AirflowError, match="GET /api/v2/dags/d: HTTP 500"):
+        airflow.request("GET", "/api/v2/dags/d")
+    assert FakeAirflow.calls == ["POST", "GET", "GET", "GET"]  # retries=3 for reads
