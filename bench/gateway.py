@@ -1,6 +1,8 @@
 """Benchmark: requests straight to Triton (the anchor) vs through the gateway, same load, same client.
 
-Needs a running stack (``modelops stack up``: Triton and the object store). The script
+Needs Triton and the object store: those of a running stack (``modelops stack up``), or,
+with ``--port-base N``, a private stack of its own (just those two, at N + their offsets,
+stopped at the end). The script
 loads its own python-backend model (``modelops.gateway.testing``) into the stack's Triton,
 publishes small feature tables and a routes document, and starts a gateway (one worker)
 on a free port. Then, alternating, several rounds of ``--requests`` requests at
@@ -20,6 +22,7 @@ gateway / direct at each concurrency.
 
     .venv/bin/python bench/gateway.py --requests 300 --rounds 2     # quick
     .venv/bin/python bench/gateway.py                               # 2000 requests x 3 rounds
+    .venv/bin/python bench/gateway.py --port-base 8900              # same, on a private stack
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from modelops.stack.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
+sys.path.insert(0, str(ROOT))
 
 
 def setup(model: str) -> Any:
@@ -287,10 +291,33 @@ def main() -> None:
     parser.add_argument("--flame", type=Path, default=None,
                         help="record the gateway with py-spy into this file (.svg: flame graph, else collapsed "
                              "stacks); BENCH_PYSPY_ARGS overrides '--gil --nonblocking'")
+    parser.add_argument("--port-base", type=int, default=None,
+                        help="start a private stack (Triton and the object store only) at this port base "
+                             "instead of using the running one")
     args = parser.parse_args()
     if args.rounds < 1 or args.requests < 100:
         parser.error("--rounds must be >= 1 and --requests >= 100")
+    if args.port_base is None:
+        bench(args)
+        return
+    from bench._stack import private_stack
 
+    from modelops.stack import launcher
+
+    cfg, home = private_stack(args.port_base, "modelops-bench-gateway-",
+                              MODELOPS_FEEDBACK_SECRET="modelops-bench-gateway-secret", MODELOPS_OBSERVABILITY="off")
+    finished = False
+    try:
+        launcher.up(cfg, progress=lambda line: None, only=["objectstore", "triton"])
+        bench(args)
+        finished = True
+    finally:
+        launcher.down(cfg, progress=lambda line: None)
+        if finished:
+            shutil.rmtree(home, ignore_errors=True)
+
+
+def bench(args: argparse.Namespace) -> None:
     from modelops.config import settings
 
     cfg = settings()
