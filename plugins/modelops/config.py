@@ -133,7 +133,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("startup_timeout_s", "MODELOPS_STARTUP_TIMEOUT_S", rules.positive_float, "180",
             "Seconds `stack up` waits for one service to become healthy."),
     Setting("sample_share", "MODELOPS_SCORED_SAMPLE_SHARE", rules.fraction, "1.0",
-            "Share of requests whose scored items (with features) are logged."),
+            "Share of requests whose scored items (with features) are logged (the drift job's input)."),
+    Setting("sample_max_per_s", "MODELOPS_SCORED_SAMPLE_MAX_PER_S", rules.non_negative_float, "200",
+            "At most this many requests a second per gateway process have their scored items logged (the share "
+            "in force is lowered to fit; 0: no cap). 200 x 10 items is 173 million rows a day, the drift job reads "
+            "at most 1 million per version: see modelops.gateway.sampling."),
     Setting("spool_sync", "MODELOPS_SPOOL_SYNC", rules.choice("write", "fsync"), "write",
             "What the gateway's 200 (prediction) and 202 (feedback) wait for: write (the record is written to "
             "its spool segment: a crash or kill -9 of the gateway loses none; fdatasync follows within 50 ms, "
@@ -255,6 +259,7 @@ class Settings:
     feedback_secret: str
     startup_timeout_s: float
     sample_share: float
+    sample_max_per_s: float
     spool_sync: str
     gateway_urls: tuple[str, ...]
     canary_metrics: str

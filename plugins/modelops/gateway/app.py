@@ -52,7 +52,6 @@ from modelops.gateway.http import (
     new_request_id,
     respond,
     respond_json,
-    sampled,
 )
 from modelops.gateway.inference import TritonFailed, TritonUnavailable
 from modelops.gateway.metrics import CollapseWatch, Labels, ScoreWindow
@@ -69,6 +68,7 @@ from modelops.gateway.routes import (
     routes_to_dict,
     user_hash,
 )
+from modelops.gateway.sampling import ScoredSampling
 from modelops.gateway.spool import SpoolFull
 from modelops.gateway.tokens import TokenClaims, TokenExpired, TokenInvalid, issue_token, resolve_secret, verify_token
 from modelops.objectstore import ObjectStore
@@ -112,6 +112,7 @@ class Gateway(GatewayPollers):
         self.loop_lag = LoopLag()
         self.explain_plans: dict[tuple[str, int], ExplainPlan] = {}  # (model, version) -> how it is explained
         self.triton_in_flight: dict[tuple[str, int], int] = {}
+        self.sampling = ScoredSampling(cfg.sample_share, cfg.sample_max_per_s)
         self.watch = CollapseWatch(options.collapse_threshold, options.collapse_hold_s, options.collapse_min_scores)
         self._tasks: list[asyncio.Task[None]] = []
         self._init_metrics()
@@ -403,7 +404,7 @@ class Gateway(GatewayPollers):
             model_sha256=version.sha256, user_hash=user_hash(user_id), n_items=n, score_mean=mean,
             score_max=peak, score_std=std, latency_ms=sum(logged.values()) * 1000.0,
             delay_origin=origin(logged)))]
-        if self.cfg.sample_share >= 1.0 or sampled(request_id, self.cfg.sample_share):
+        if self.sampling.take(request_id, time.monotonic()):  # a share, capped per second (gateway.sampling)
             self.logs.committers["scored_samples"].append_nowait(scored_record(
                 request_id=request_id, ts=now, model=model, model_version=version.version, scores=scores,
                 features=features))

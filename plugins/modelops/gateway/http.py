@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import itertools
 import os
 from collections.abc import Awaitable, Callable, MutableMapping
@@ -41,11 +40,6 @@ class HTTPError(Exception):
 
 def error(status: int, error: str, message: str, **extra: Any) -> HTTPError:
     return HTTPError(status, {"error": error, "message": message, **extra})
-
-
-def sampled(request_id: str, share: float) -> bool:
-    digest = hashlib.blake2b(request_id.encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "big") / 2.0**64 < share
 
 
 def new_request_id() -> str:

@@ -22,6 +22,7 @@ from modelops.gateway.onlinefeatures import OnlineFeatures
 from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pool import TritonPool
 from modelops.gateway.routes import ROUTES_PREFIX, Routes, load_routes, model_from_key
+from modelops.gateway.sampling import ScoredSampling
 from modelops.objectstore import ObjectStore
 
 log = logging.getLogger("modelops.gateway.app")
@@ -41,6 +42,7 @@ class GatewayPollers:
     routes_loaded: bool
     windows: dict[tuple[str, int], ScoreWindow]
     watch: CollapseWatch
+    sampling: ScoredSampling
     loop_lag: LoopLag
     triton_delays: TritonDelays
     triton_called: dict[tuple[str, int], float]
@@ -85,6 +87,9 @@ class GatewayPollers:
                                           "Event-log segments not yet uploaded.")
         self.m_upload_failures = r.gauge("modelops_gateway_spool_upload_failures",
                                          "Failed event-log upload passes since start.")
+        self.m_sample_share = r.gauge("modelops_gateway_scored_sample_share",
+                                      "Share of answered requests whose scored items are logged now "
+                                      "(MODELOPS_SCORED_SAMPLE_SHARE, lowered above MODELOPS_SCORED_SAMPLE_MAX_PER_S).")
         self.m_triton_retries = r.counter("modelops_gateway_triton_retries_total",
                                           "Triton calls sent again to another server, by reason (unreachable: "
                                           "refused, reset or lost connection or HTTP 503; not_served: the version "
@@ -96,6 +101,7 @@ class GatewayPollers:
         self.m_backlog_bytes.set((), float(self.logs.backlog_bytes))
         self.m_backlog_segments.set((), float(self.logs.backlog_segments))
         self.m_upload_failures.set((), float(self.logs.upload_failures))
+        self.m_sample_share.set((), self.sampling.current)
         self.m_triton_retries.values = {(("reason", reason),): float(n) for reason, n in self.triton.retries.items()}
         for (model, version), window in self.windows.items():
             labels = (("model", model), ("version", str(version)))
