@@ -15,7 +15,7 @@ known columns. Then, alternating, several rounds of:
 Prints medians, the job's absolute error against the exact D per column, and last the ratios
 ``job_without_startup / numpy`` and ``job_end_to_end / numpy``.
 
-    .venv/bin/python bench/drift.py --rows 200000 --rounds 2      # quick
+    .venv/bin/python bench/drift.py --rows 200000 --rounds 3      # quick
     .venv/bin/python bench/drift.py                               # 1,000,000 rows per side
 """
 
@@ -212,6 +212,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-duckdb", action="store_true", help="skip DuckDB (slowest contender)")
     parser.add_argument("--no-e2e", action="store_true", help="skip the end-to-end (fresh process) runs")
     args = parser.parse_args(argv)
+    if args.rounds < 3:
+        parser.error(f"--rounds: at least 3 (medians), got {args.rounds}")
     print("load average at start (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
 
     from modelops.drift.job import compute_drift

@@ -15,7 +15,7 @@ Every round asserts that the job's per-version rows and rejected counts equal Du
 exactly. Medians are printed, the ratios last.
 
     .venv/bin/python bench/feedback.py                      # full size, 3 rounds
-    .venv/bin/python bench/feedback.py --predictions 200000 --events 60000 --rounds 2
+    .venv/bin/python bench/feedback.py --predictions 200000 --events 60000 --rounds 3
 """
 
 from __future__ import annotations
@@ -301,6 +301,8 @@ def main() -> int:
                         help="skip the warm-up job run (quicker; the first warm round then pays JIT warm-up)")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "modelops-bench-feedback"))
     args = parser.parse_args()
+    if args.rounds < 3:
+        parser.error(f"--rounds: at least 3 (medians), got {args.rounds}")
     print("load average at start (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
 
     data = Path(args.cache) / f"p{args.predictions}-e{args.events}-m{args.malformed}-s{args.seed}"

@@ -20,7 +20,7 @@ lean client (one raw keep-alive socket), whose own cost does not hide the gatewa
 Prints medians per mode, added p50/p99 latency, and last the throughput ratio
 gateway / direct at each concurrency.
 
-    .venv/bin/python bench/gateway.py --requests 300 --rounds 2     # quick
+    .venv/bin/python bench/gateway.py --requests 300 --rounds 3     # quick
     .venv/bin/python bench/gateway.py                               # 2000 requests x 3 rounds
     .venv/bin/python bench/gateway.py --port-base 8900              # same, on a private stack
 """
@@ -295,8 +295,8 @@ def main() -> None:
                         help="start a private stack (Triton and the object store only) at this port base "
                              "instead of using the running one")
     args = parser.parse_args()
-    if args.rounds < 1 or args.requests < 100:
-        parser.error("--rounds must be >= 1 and --requests >= 100")
+    if args.rounds < 3 or args.requests < 100:
+        parser.error(f"--rounds: at least 3 (medians), --requests: at least 100; got {args.rounds} and {args.requests}")
     if args.port_base is None:
         bench(args)
         return
