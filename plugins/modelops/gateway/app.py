@@ -203,13 +203,14 @@ class Gateway(GatewayPollers):
 
     def _access(self, request_id: str, method: str, path: str, status: int, **fields: Any) -> None:
         sink = direct_sink(access_log)  # the buffered stdout handler alone (create_app): no LogRecord
+        if sink is None and not access_log.isEnabledFor(logging.INFO):
+            return
+        line = json_line({"ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
+                          "request_id": request_id, "method": method, "path": path, "status": status, **fields})
         if sink is not None:
-            sink(json_line({"ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                            "request_id": request_id, "method": method, "path": path, "status": status, **fields}))
-        elif access_log.isEnabledFor(logging.INFO):
-            access_log.info(json_line({"ts": datetime.now(UTC).isoformat(timespec="milliseconds"),
-                                       "request_id": request_id, "method": method, "path": path,
-                                       "status": status, **fields}))
+            sink(line)
+        else:
+            access_log.info(line)
 
     def _health(self) -> dict[str, Any]:
         current = self.features.current

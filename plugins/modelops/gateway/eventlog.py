@@ -84,8 +84,9 @@ def _parquet(table: pa.Table, split: Sequence[str] = ()) -> bytes:
     """
     sink = io.BytesIO()
     if split:
+        floats = set(split)
         pq.write_table(table, sink, compression="zstd",
-                       use_dictionary=[name for name in table.column_names if name not in set(split)],
+                       use_dictionary=[name for name in table.column_names if name not in floats],
                        column_encoding=dict.fromkeys(split, "BYTE_STREAM_SPLIT"))
     else:
         pq.write_table(table, sink, compression="zstd")

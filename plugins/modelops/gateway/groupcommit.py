@@ -34,7 +34,8 @@ class GroupCommitter:
     """Batches appends from the event loop into one write + fsync per batch in a writer thread.
 
     Args:
-        writer: the kind's segment writer (used only from the writer thread).
+        writer: the kind's segment writer (from the writer thread; with ``sync="write"`` the event
+            loop also appends through its :meth:`~SegmentWriter.write_now`).
         budget_bytes: refuse appends while the spool root holds more than this.
         usage: returns the spool root's current bytes (refreshed by the uploader).
         flush_interval_s: how often records queued without waiting are written.
@@ -74,7 +75,9 @@ class GroupCommitter:
         Not waking the writer per record keeps thread hand-offs off the hot path: the
         prediction logs are written in batches every few tens of milliseconds.
         """
-        frame = encode_frame(record)
+        self._queue(encode_frame(record))
+
+    def _queue(self, frame: bytes) -> None:
         self._pending.append(frame)
         self.unflushed_bytes += len(frame)
 
@@ -85,8 +88,8 @@ class GroupCommitter:
         (otherwise, e.g. the first record after a rotation, it takes the ``"fsync"`` path); the
         writer thread fdatasyncs it within ``flush_interval_s``.
         """
+        frame = encode_frame(record)
         if self.sync == "write" and not self._closing:
-            frame = encode_frame(record)
             try:
                 if self.writer.write_now(frame):
                     return
@@ -95,7 +98,7 @@ class GroupCommitter:
                 raise SpoolFull(f"event spool write failed: {exc}") from exc
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._waiters.append(future)
-        self.append_nowait(record)
+        self._queue(frame)
         if self._wakeup is not None:
             self._wakeup.set()
         await future

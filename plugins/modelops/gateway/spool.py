@@ -145,12 +145,16 @@ class SegmentWriter:
             self._lock.release()
 
     def sync(self) -> None:
-        """``fdatasync`` what :meth:`write_now` appended (writer thread)."""
+        """``fdatasync`` what :meth:`write_now` appended (writer thread).
+
+        Under the lock, so the fd cannot be closed meanwhile (:meth:`write_now` seals the segment
+        when a failed write cannot be cut back); appends arriving during the sync take the
+        writer thread's path instead of waiting.
+        """
         with self._lock:
-            fd, pending = self._fd, self._unsynced
-            self._unsynced = False
-        if fd >= 0 and pending:
-            os.fdatasync(fd)  # only the writer thread closes fds, so it is still this segment's
+            if self._fd >= 0 and self._unsynced:
+                os.fdatasync(self._fd)
+                self._unsynced = False
 
     @property
     def current(self) -> Path | None:
@@ -182,8 +186,8 @@ class SegmentWriter:
             if self._fd < 0:
                 self._open()
             self._append(frames)
-            self._unsynced = False
             os.fdatasync(self._fd)  # data and the size that reads it back (fsync would also flush mtime)
+            self._unsynced = False
 
     def _append(self, frames: bytes) -> None:
         view = memoryview(frames)
