@@ -16,8 +16,9 @@ Shape of the work (built-in SQL functions only: no Python UDFs; the verdicts are
    is built from the well-formed events' tokens and applied to the prediction scan, so
    the predictions nobody reacted to (most of them) are never shuffled; nothing big is
    broadcast (the filter is a few MB).
-3. the earliest prediction per token (a hash aggregate of one long), one shuffled hash
-   join with the well-formed events, cached uncompressed; duplicates and kept counts follow without a
+3. the earliest prediction per token (a hash aggregate of one long, without a partial
+   aggregation: :data:`BYPASS_PARTIAL_AGGREGATION`), one shuffled hash join with the
+   well-formed events, cached uncompressed; duplicates and kept counts follow without a
    further shuffle.
 4. two more actions: the quarantine write, which counts the rejections by reason as it goes
    (a Spark ``Observation``), and one small collect of the kept counts per version.
@@ -29,9 +30,10 @@ window replaces the whole output (:mod:`modelops.feedback.outputs`).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -73,6 +75,15 @@ RUNTIME_BLOOM_FILTER = {
     "spark.sql.optimizer.runtime.bloomFilter.expectedNumItems": "4000000",
     "spark.sql.optimizer.runtime.bloomFilter.numBits": "40000000",
 }
+
+
+BYPASS_PARTIAL_AGGREGATION = {"spark.sql.execution.bypassPartialAggregation": "true"}
+"""Set while ``matched`` and the quarantine are planned: their grouped aggregates (the earliest
+prediction per token, the copies per ``(token, action)``) have about one row per key, so a
+partial aggregation before the shuffle (or, already partitioned by token, before the final one
+in the same task) only hashes every row twice. Not for the impressions and the kept counts per
+version, whose few groups a partial aggregation reduces to a handful of rows; global aggregates
+(the Bloom filter, the observed counts) are never bypassed."""
 
 
 @dataclass(frozen=True)
@@ -140,10 +151,11 @@ def run_feedback_join(
     codes = VersionCodes.of(impressions, start, end)
     raw_events = _read(spark, events, "events", ("feedback_token", "action", "ts"), FEEDBACK, project=False)
     plan = build_plan(raw_events, preds, codes, window_us)
-    plan.matched.persist()
     try:
         with output.writing() as writer:
-            rejected = _write_quarantine(plan.rejected, writer)
+            with _session_conf(spark, BYPASS_PARTIAL_AGGREGATION):  # the cached plan is planned by persist()
+                plan.matched.persist()
+                rejected = _write_quarantine(plan.rejected, writer)
             rows = _rows(impressions, codes, plan.kept)
             writer.put(PARQUET_NAME, _rows_parquet(rows))
             document = result_document(
@@ -175,6 +187,22 @@ def _tune(spark: SparkSession) -> None:
     # memory (201 vs 245 MB for 3M events) and cost 3-4 s of a 18 s run (bench/feedback.py).
     spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
     spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
+
+
+@contextlib.contextmanager
+def _session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
+    """Set session settings for the block, then restore what they were."""
+    before = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in before.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)
 
 
 def _read(spark: SparkSession, location: Locations, what: str, required: tuple[str, ...], schema: pa.Schema,
