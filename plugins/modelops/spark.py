@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 from modelops.config import settings
@@ -37,3 +39,19 @@ def spark_session(app_name: str, master: str | None = None, *, shuffle_partition
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
     return builder.getOrCreate()
+
+
+@contextlib.contextmanager
+def session_conf(spark: SparkSession, values: Mapping[str, str]) -> Iterator[None]:
+    """Set runtime SQL options for the block and restore the previous values afterwards."""
+    previous = {key: spark.conf.get(key, None) for key in values}
+    for key, value in values.items():
+        spark.conf.set(key, value)
+    try:
+        yield
+    finally:
+        for key, old in previous.items():
+            if old is None:
+                spark.conf.unset(key)
+            else:
+                spark.conf.set(key, old)

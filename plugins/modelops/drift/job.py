@@ -15,7 +15,6 @@ over as many tasks as there are columns, so the job scales out on a cluster.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -29,6 +28,7 @@ from modelops.drift import exact, stats
 from modelops.drift.stats import SCORE_COLUMN, ColumnDrift, DriftSummary, FloatArray, Moments
 from modelops.errors import ContractError, ModelopsError
 from modelops.features import Feature, load_features
+from modelops.spark import session_conf
 
 if TYPE_CHECKING:
     import pyarrow as pa
@@ -268,7 +268,7 @@ def compute_drift(
             frames[i], rows[i] = _limit_rows(frames[i], max_rows, columns, opts.seed)
     clock.lap("sample")
 
-    with _session_conf(spark, {
+    with session_conf(spark, {
         "spark.sql.execution.arrow.maxRecordsPerBatch": str(opts.batch_rows),
         "spark.sql.files.maxPartitionBytes": str(opts.split_bytes),
         "spark.sql.shuffle.partitions": str(_column_tasks(spark, len(columns), opts)),
@@ -300,21 +300,6 @@ def compute_drift(
     clock.lap("finish")
     return DriftComputation(summary, curves, clock.laps)
 
-
-@contextlib.contextmanager
-def _session_conf(spark: SparkSession, values: Mapping[str, str]) -> Iterator[None]:
-    """Set runtime SQL options for the job and restore the previous values afterwards."""
-    previous = {key: spark.conf.get(key, None) for key in values}
-    for key, value in values.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, old in previous.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
 
 
 class _Clock:

@@ -30,10 +30,9 @@ window replaces the whole output (:mod:`modelops.feedback.outputs`).
 
 from __future__ import annotations
 
-import contextlib
 import io
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -58,6 +57,7 @@ from modelops.feedback.outputs import JSON_NAME, PARQUET_NAME, QUARANTINE_NAME, 
 from modelops.feedback.plan import CODE, KEPT_COLUMNS, REASON, build_plan
 from modelops.feedback.versions import Version, VersionCodes
 from modelops.records import FEEDBACK, PREDICTIONS
+from modelops.spark import session_conf
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
@@ -153,7 +153,7 @@ def run_feedback_join(
     plan = build_plan(raw_events, preds, codes, window_us)
     try:
         with output.writing() as writer:
-            with _session_conf(spark, BYPASS_PARTIAL_AGGREGATION):  # the cached plan is planned by persist()
+            with session_conf(spark, BYPASS_PARTIAL_AGGREGATION):  # the cached plan is planned by persist()
                 plan.matched.persist()
                 rejected = _write_quarantine(plan.rejected, writer)
             rows = _rows(impressions, codes, plan.kept)
@@ -188,21 +188,6 @@ def _tune(spark: SparkSession) -> None:
     spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
     spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
 
-
-@contextlib.contextmanager
-def _session_conf(spark: SparkSession, values: dict[str, str]) -> Iterator[None]:
-    """Set session settings for the block, then restore what they were."""
-    before = {key: spark.conf.get(key, None) for key in values}
-    for key, value in values.items():
-        spark.conf.set(key, value)
-    try:
-        yield
-    finally:
-        for key, old in before.items():
-            if old is None:
-                spark.conf.unset(key)
-            else:
-                spark.conf.set(key, old)
 
 
 def _read(spark: SparkSession, location: Locations, what: str, required: tuple[str, ...], schema: pa.Schema,
