@@ -92,6 +92,10 @@ class AirflowClient:
     def unpause(self, dag_id: str) -> None:
         self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": False})
 
+    def pause(self, dag_id: str) -> None:
+        """Stop scheduling ``dag_id`` (running runs go on; triggering it unpauses it again)."""
+        self.request("PATCH", f"/api/v2/dags/{dag_id}", json={"is_paused": True})
+
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None, *, run_id: str | None = None,
                 note: str | None = None) -> str:
         """Trigger a run (unpausing the DAG first); returns the dag_run_id."""

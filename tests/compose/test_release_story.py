@@ -56,7 +56,7 @@ def _no_hourly_precompute(airflow: AirflowClient) -> None:
     CI run of 2026-12-01). Whether a test crosses the hour is chance; the story wants online answers.
     """
     airflow.wait_for_dag("precompute_predictions", timeout_s=300)
-    airflow.request("PATCH", "/api/v2/dags/precompute_predictions", json={"is_paused": True})
+    airflow.pause("precompute_predictions")
 
 
 def _today() -> str:
