@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from modelops.canary.approval import answer_event, earlier_answer, hitl_try_path
+from modelops.canary.approval import answer_event, earlier_answer, hitl_path
 
 ANSWERED = {"task_instance": {"state": "failed"}, "response_received": True, "chosen_options": ["Approve"],
             "params_input": {}, "responded_at": "2026-12-01T09:29:03.900000Z",
@@ -37,10 +37,11 @@ def test_an_unanswered_or_incomplete_detail_is_no_answer(detail: dict[str, Any])
 
 
 def test_the_newest_answered_earlier_try_wins_and_unreadable_tries_are_passed_over() -> None:
-    asked: list[int] = []
-    details = {1: {**ANSWERED, "chosen_options": ["Reject"]}, 2: {**ANSWERED, "response_received": False}}
+    asked: list[int | None] = []
+    details = {None: {**ANSWERED, "response_received": False}, 1: {**ANSWERED, "chosen_options": ["Reject"]},
+               2: {**ANSWERED, "response_received": False}}
 
-    def fetch(number: int) -> dict[str, Any]:
+    def fetch(number: int | None) -> dict[str, Any]:
         asked.append(number)
         if number == 3:
             raise RuntimeError("HTTP 404")
@@ -48,18 +49,36 @@ def test_the_newest_answered_earlier_try_wins_and_unreadable_tries_are_passed_ov
 
     event = earlier_answer(fetch, try_number=4)
     assert event is not None and event["chosen_options"] == ["Reject"]
-    assert asked == [3, 2, 1]  # newest first, the current try (4) never
+    assert asked == [None, 3, 2, 1]  # the current detail, then newest first; the current try (4) never
+
+
+def test_the_answer_left_on_the_task_instance_by_the_race_is_read_first() -> None:
+    # apache/airflow#67287 as CI met it: the failed try was not archived (tries/1 answers 404) and the
+    # answer is still on the task instance's detail until the retry asks again.
+    asked: list[int | None] = []
+
+    def fetch(number: int | None) -> dict[str, Any]:
+        asked.append(number)
+        if number is None:
+            return {**ANSWERED, "task_instance": {"state": "running", "try_number": 2}}
+        raise RuntimeError("HTTP 404 The Task Instance ... was not found")
+
+    event = earlier_answer(fetch, try_number=2)
+    assert event is not None and event["chosen_options"] == ["Approve"]
+    assert asked == [None]
 
 
 def test_a_first_try_reads_nothing_and_no_answer_means_ask_again() -> None:
-    def never(number: int) -> dict[str, Any]:
+    def never(number: int | None) -> dict[str, Any]:
         raise AssertionError(f"try {number} read")
 
     assert earlier_answer(never, try_number=1) is None
     assert earlier_answer(lambda n: {**ANSWERED, "response_received": False}, try_number=3) is None
 
 
-def test_the_try_path_quotes_the_run_id() -> None:
-    assert hitl_try_path("model_release", "manual__2026-12-01T09:43:57+00:00", "approve_full_rollout", -1, 2) == (
-        "/api/v2/dags/model_release/dagRuns/manual__2026-12-01T09%3A43%3A57%2B00%3A00/taskInstances/"
-        "approve_full_rollout/-1/hitlDetails/tries/2")
+def test_the_paths_quote_the_run_id() -> None:
+    run = "manual__2026-12-01T09:43:57+00:00"
+    base = ("/api/v2/dags/model_release/dagRuns/manual__2026-12-01T09%3A43%3A57%2B00%3A00/taskInstances/"
+            "approve_full_rollout/-1/hitlDetails")
+    assert hitl_path("model_release", run, "approve_full_rollout") == base
+    assert hitl_path("model_release", run, "approve_full_rollout", -1, 2) == base + "/tries/2"

@@ -5,12 +5,21 @@ Why the carry-over. Airflow 3.3.2's scheduler can fail an approval that a person
 second or two of its asking: the parked try's worker exits with "success", the answer re-queues the
 task at once, and when the scheduler drains that stale "success" after the task is already *queued*
 it fails the task as "state changed externally" (apache/airflow#67287; 3.3.2 only guards the
-*scheduled* case). The approval step therefore has retries, and a retry first reads the earlier tries
-of the same task through Airflow's REST API (``.../hitlDetails/tries/{n}``): an answer found there is
-used as if it had just arrived, so the person is never asked twice for one decision. Without an
-answer (or without the API) the retry asks again, as the first try did. Only the answer of a try
-that did not succeed is carried over: a person who clears an approval that went through wants to be
-asked again.
+*scheduled* case). The approval step therefore has retries, and a retry first looks for the answer
+the person already gave, so nobody is asked twice for one decision:
+
+1. the task instance's own HITL detail (``.../hitlDetails``). In that race the scheduler fails the
+   try without archiving it (no task-instance history row, the same task-instance id), so the
+   answer is still on the detail when the retry starts. The retry must read it *before* it asks
+   again: asking upserts the detail and Airflow then erases the response ("we keep only the latest
+   response"). Seen in CI on 2026-12-01: try 2's read of ``tries/1`` got HTTP 404 and the answer
+   was erased a moment later.
+2. the archived earlier tries (``.../hitlDetails/tries/{n}``, newest first), for a try that Airflow
+   did archive.
+
+Without an answer (or without the API) the retry asks again, as the first try did. Only the answer
+of a try that did not succeed is carried over: a person who clears an approval that went through
+wants to be asked again.
 """
 
 from __future__ import annotations
@@ -54,26 +63,32 @@ def answer_event(detail: Mapping[str, Any]) -> dict[str, Any] | None:
     }
 
 
-def earlier_answer(fetch: Callable[[int], Mapping[str, Any]], try_number: int) -> dict[str, Any] | None:
-    """The newest answered earlier try's resume event (tries ``try_number-1`` down to 1), else None.
+def earlier_answer(fetch: Callable[[int | None], Mapping[str, Any]], try_number: int) -> dict[str, Any] | None:
+    """The answer already given to this approval, as a resume event, else None; read by a retry only.
 
-    ``fetch(n)`` returns try ``n``'s HITL detail; a try that cannot be read (never asked, or the
-    API refused) is passed over.
+    ``fetch(None)`` returns the task instance's current HITL detail (still holding an answer the
+    scheduler race left behind, until this try asks again); ``fetch(n)`` returns archived try ``n``'s.
+    The current detail is read first, then tries ``try_number-1`` down to 1; a detail that cannot be
+    read (never asked, not archived, or the API refused) is passed over.
     """
-    for number in range(try_number - 1, 0, -1):
+    if try_number <= 1:
+        return None
+    for number in (None, *range(try_number - 1, 0, -1)):
         try:
             event = answer_event(fetch(number))
-        except Exception as exc:  # an unreadable try is not an answer
-            log.info("approval try %d not readable: %s", number, exc)
+        except Exception as exc:  # an unreadable detail is not an answer
+            log.info("approval detail %s not readable: %s", "now" if number is None else f"of try {number}", exc)
             continue
         if event is not None:
             return event
     return None
 
 
-def hitl_try_path(dag_id: str, run_id: str, task_id: str, map_index: int, try_number: int) -> str:
-    return (f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
-            f"{quote(task_id, safe='')}/{map_index}/hitlDetails/tries/{try_number}")
+def hitl_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1, try_number: int | None = None) -> str:
+    """The REST path of a task instance's HITL detail; of its archived try ``try_number`` when given."""
+    path = (f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
+            f"{quote(task_id, safe='')}/{map_index}/hitlDetails")
+    return path if try_number is None else f"{path}/tries/{try_number}"
 
 
 class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
@@ -111,7 +126,7 @@ class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
             self.log.warning("cannot read the earlier approval tries (%s); asking again", exc)
             return None
         return earlier_answer(
-            lambda n: client.request("GET", hitl_try_path(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, n)),
+            lambda n: client.request("GET", hitl_path(ti.dag_id, ti.run_id, ti.task_id, ti.map_index, n)),
             ti.try_number)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:

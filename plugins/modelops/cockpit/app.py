@@ -28,6 +28,7 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from modelops.canary.approval import hitl_path
 from modelops.cockpit import store as cockpit_store
 from modelops.cockpit import views
 from modelops.cockpit.record import ReleaseRecord
@@ -145,8 +146,7 @@ def _airflow(request: Request, method: str, path: str, **kwargs: Any) -> Any:
 
 
 def _approval_path(record: ReleaseRecord) -> str:
-    return (f"/api/v2/dags/{RELEASE_DAG}/dagRuns/{quote(record.run_id, safe='')}/taskInstances/"
-            f"{APPROVAL_TASK}/-1/hitlDetails")
+    return hitl_path(RELEASE_DAG, record.run_id, APPROVAL_TASK)
 
 
 def approval_open(request: Request, record: ReleaseRecord) -> bool:
