@@ -102,3 +102,12 @@ def test_feature_suite_with_spark_names_the_broken_columns(spark: Any) -> None:
         ("expect_column_values_to_not_be_null", "user_age_days"),
     }
     assert _failures(report)[("expect_column_values_to_be_between", "item_price")] == 3
+    # Spark reads the verdicts first and the detail of the failures only: the failures carry the
+    # same counts, percents and examples as pandas' one pass, the statistics cover every expectation.
+    on_pandas = validate(frame, suite)
+    detail = [(o.expectation, o.column, o.unexpected_count, o.unexpected_percent, o.examples) for o in report.failed]
+    assert detail == [(o.expectation, o.column, o.unexpected_count, o.unexpected_percent, o.examples)
+                      for o in on_pandas.failed]
+    assert report.statistics == on_pandas.statistics and len(report.outcomes) == len(suite.expectations)
+    assert [(o.expectation, o.column, o.success) for o in report.outcomes] == [
+        (o.expectation, o.column, o.success) for o in on_pandas.outcomes]

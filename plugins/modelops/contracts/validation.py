@@ -194,26 +194,53 @@ def validate(
             source = context.data_sources.add_spark("modelops_spark")
         asset = source.add_dataframe_asset("batch")
         batch = asset.add_batch_definition_whole_dataframe("whole").get_batch(batch_parameters={"dataframe": data})
-        result = batch.validate(
-            suite,
-            result_format={
-                "result_format": result_format,
-                "partial_unexpected_count": EXAMPLES_PER_EXPECTATION,
-            },
-        )
+        detail = {"result_format": result_format, "partial_unexpected_count": EXAMPLES_PER_EXPECTATION}
+        if engine == "spark" and result_format != "BOOLEAN_ONLY":
+            result = _verdicts_then_failed_detail(batch, suite, detail)
+        else:
+            result = batch.validate(suite, result_format=detail).to_json_dict()
     except Exception as exc:  # GX raises many unrelated types; one boundary translation
         raise ContractError(f"GX could not validate suite {suite.name!r} with {engine}: {exc}") from exc
-    raw = _jsonable(result.to_json_dict())
+    raw = _jsonable(result)
     row_count = len(data) if isinstance(data, pd.DataFrame) else None
     return ValidationReport(
         suite=str(suite.name),
         engine=engine,
-        success=bool(result.success),
+        success=bool(raw.get("success")),
         outcomes=outcomes_from_result(raw),
         statistics=raw.get("statistics", {}),
         raw=raw,
         row_count=row_count,
     )
+
+
+def _expectation_key(config: Mapping[str, Any]) -> str:
+    kwargs = {k: v for k, v in (config.get("kwargs") or {}).items() if k != "batch_id"}
+    return json.dumps([config.get("type"), _jsonable(kwargs)], sort_keys=True)
+
+
+def _verdicts_then_failed_detail(batch: Any, suite: gx.ExpectationSuite, detail: Mapping[str, Any]) -> dict[str, Any]:
+    """On Spark: every verdict first (``BOOLEAN_ONLY``), then ``detail`` for the failed expectations only.
+
+    GX on Spark runs one job per expectation for the counts and example values; for the 513
+    expectations of the feature suite that is most of the time, although only the failures are
+    read. Measured on 3,005 rows, ``local[2]``: one ``SUMMARY`` pass 22-37 s, ``BOOLEAN_ONLY`` 5.6-6.8 s
+    (GX bundles the verdicts' aggregates into few jobs). Passed expectations therefore carry no
+    unexpected count on Spark; failed ones carry the same counts and examples as one pass.
+    """
+    verdicts = batch.validate(suite, result_format={"result_format": "BOOLEAN_ONLY"}).to_json_dict()
+    failed = {_expectation_key(item.get("expectation_config") or {})
+              for item in verdicts.get("results", []) if not item.get("success")}
+    if not failed:
+        return dict(verdicts)
+    subset = gx.ExpectationSuite(name=suite.name, expectations=[
+        e.copy(update={"id": None}) for e in suite.expectations
+        if _expectation_key(e.configuration.to_json_dict()) in failed])
+    detailed = {_expectation_key(item.get("expectation_config") or {}): item
+                for item in batch.validate(subset, result_format=dict(detail)).to_json_dict().get("results", [])}
+    results = [detailed.get(_expectation_key(item.get("expectation_config") or {}), item)
+               for item in verdicts.get("results", [])]
+    return {**verdicts, "results": results}
 
 
 def _is_list_cell(value: Any) -> bool:
