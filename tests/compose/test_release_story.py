@@ -470,7 +470,7 @@ def test_feedback_join_runs_on_the_spark_cluster_and_publishes_ctr_cvr(
     day = _today()
     _wait_logs(object_store, f"logs/feedback/dt={day}/", sum(report.feedback.values()))
     apps_before = _app_ids(compose_settings)
-    run_id = airflow.trigger("feedback_join", {"window_hours": 0.01}, run_id=f"compose-fb-{uuid.uuid4().hex[:6]}")
+    run_id = airflow.trigger("feedback_join", {"window_hours": 0.003}, run_id=f"compose-fb-{uuid.uuid4().hex[:6]}")
     RUNS.append(("feedback_join", run_id))
     assert airflow.wait("feedback_join", run_id, timeout_s=600) == "success", _states(
         airflow, "feedback_join", run_id)

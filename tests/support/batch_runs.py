@@ -138,17 +138,18 @@ def run_batch_story(cfg: Settings, store: ObjectStore, airflow: AirflowClient, m
                  f"the routes and the feature snapshot {snapshot}")
     runs = BatchRuns(model=model, version=version, triton_version=champion.triton_version, day=today())
 
-    # feedback_join: traffic with feedback, then a manual run over today (a 36 s window keeps the
-    # deferred wait short and still counts every event: the simulated users answer within a second).
+    # feedback_join: traffic with feedback, then a manual run over today (an 11 s window keeps the
+    # deferred wait short and still counts every event: the simulated users answer at once, one
+    # request after the prediction's answer).
     report = traffic(cfg, model, 300, seed=1)
     ok = report.status.get(200, 0)
     wait_logs(store, f"logs/predictions/dt={runs.day}/", ok)
     wait_logs(store, f"logs/feedback/dt={runs.day}/", sum(report.feedback.values()))
     runs.feedback_report = report
     key = f"metrics/ctr_cvr/dt={runs.day}/ctr_cvr.json"
-    _run(airflow, "feedback_join", {"window_hours": 0.01}, "test-fb", 480)
+    _run(airflow, "feedback_join", {"window_hours": 0.003}, "test-fb", 480)
     runs.feedback_document = json.loads(store.get_bytes(key))
-    _run(airflow, "feedback_join", {"window_hours": 0.01}, "test-fb", 480)
+    _run(airflow, "feedback_join", {"window_hours": 0.003}, "test-fb", 480)
     runs.feedback_rerun_document = json.loads(store.get_bytes(key))
 
     # nightly_drift, first run of the launch day: the day's samples so far become the baseline.
