@@ -4,7 +4,9 @@ Trigger it from the Airflow UI with the form (model, canary version, action) or 
 ``modelops release abort|pause|resume --model M --version N``. It writes a control request
 beside the release's checkpoint (``canary/<model>/v<N>.control.json`` in the object store);
 the release's canary task applies it at its next analysis window: abort rolls back at
-once, pause holds the weight (no analysis, no promotion), resume goes on.
+once, pause holds the weight (no analysis, no promotion), resume goes on. A release waiting
+for approval runs no window: an abort then answers its open approval with Reject, and the
+rejection applies the abort (by whoever asked, with their reason).
 """
 
 from __future__ import annotations
@@ -40,8 +42,12 @@ PARAMS = {
 def model_release_control() -> None:
     @task
     def request_control() -> dict[str, Any]:
+        from modelops.airflow_client import client_from_settings
         from modelops.canary.adapters import ObjectStoreStatusStore, checkpoint_key
+        from modelops.canary.approval import reject_open_approval
         from modelops.canary.control import write_control
+        from modelops.canary.status import Phase
+        from modelops.cockpit.store import load_record
         from modelops.errors import ConfigError
         from modelops.objectstore import ObjectStore
 
@@ -53,8 +59,13 @@ def model_release_control() -> None:
             raise ConfigError(f"no canary release of {model} v{version} (nothing at {checkpoint_key(model, version)})")
         if saved.status.phase.terminal:
             raise ConfigError(f"the release of {model} v{version} already ended ({saved.status.phase.value})")
-        return write_control(store, model, version, str(params["action"]), str(params["requested_by"]),
-                             str(params["reason"]))
+        request = write_control(store, model, version, str(params["action"]), str(params["requested_by"]),
+                                str(params["reason"]))
+        if request["action"] == "abort" and saved.status.phase is Phase.WAITING_APPROVAL:
+            record = load_record(store, model, version)
+            if record is not None:
+                print(reject_open_approval(client_from_settings().request, record.dag_id, record.run_id))
+        return request
 
     request_control()
 

@@ -21,6 +21,7 @@ import pytest
 import requests
 
 from modelops.airflow_client import AirflowClient
+from modelops.canary.approval import APPROVAL_TASK
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
 from modelops.traffic.runner import BackgroundTraffic
@@ -291,3 +292,42 @@ def test_with_approval_required_the_release_waits_at_50_percent_until_approved(
     status = _checkpoint(object_store, model, canary_tv)
     assert status["phase"] == "promoted" and status["approved"]
     assert MlflowRegistry.from_settings().get(model, version).stage == "Production"
+
+
+def test_an_abort_while_the_release_waits_for_approval_ends_it_at_once(
+    airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
+    features_published: None,
+) -> None:
+    # No canary window runs while the approval is open: the control DAG answers it with Reject and the
+    # rejection applies the abort, by whoever asked and with their reason (not as a rejection by the API user).
+    model = f"can_{uuid.uuid4().hex[:6]}"
+    stable = _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
+    version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
+    hitl = f"/api/v2/dags/model_release/dagRuns/{{run_id}}/taskInstances/{APPROVAL_TASK}/-1/hitlDetails"
+    with Traffic(stack_settings, model):
+        run_id = _release(airflow, model, version, canary_steps="50,100", require_approval=True)
+        deadline = time.monotonic() + 300
+        detail: dict[str, Any] | None = None
+        while time.monotonic() < deadline and detail is None:
+            try:
+                detail = airflow.request("GET", hitl.format(run_id=run_id))
+            except Exception:  # the approval task has not asked yet
+                assert airflow.run_state("model_release", run_id) in ("queued", "running"), _states(airflow, run_id)
+                time.sleep(2)
+        assert detail is not None and not detail["response_received"], _states(airflow, run_id)
+        canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+        assert _checkpoint(object_store, model, canary_tv)["phase"] == "waiting_approval"
+        control = airflow.trigger("model_release_control", {"model": model, "version": canary_tv, "action": "abort",
+                                                            "reason": "wrong model", "requested_by": "alice"},
+                                  run_id=f"test-abort-{uuid.uuid4().hex[:8]}")
+        assert airflow.wait("model_release_control", control, timeout_s=120) == "success"
+        request = airflow.xcom("model_release_control", control, "request_control")
+        state = airflow.wait("model_release", run_id, timeout_s=120)
+    assert state == "failed", _states(airflow, run_id)
+    assert _states(airflow, run_id)["approve_full_rollout"] == "failed"
+    assert airflow.request("GET", hitl.format(run_id=run_id))["chosen_options"] == ["Reject"]
+    status = _checkpoint(object_store, model, canary_tv)
+    assert (status["phase"], status["reason"]) == ("aborted", "aborted by alice: wrong model")
+    assert 0 < status["rollback_applied_at"] - request["requested_at"] < 60
+    routes = _routes(object_store, model)
+    assert (routes.stable.version, routes.canary, routes.canary_weight) == (stable["triton_version"], None, 0.0)

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from modelops.canary.approval import answer_event, earlier_answer, hitl_path
+from modelops.canary.approval import answer_event, earlier_answer, hitl_path, reject_open_approval
 
 ANSWERED = {"task_instance": {"state": "failed"}, "response_received": True, "chosen_options": ["Approve"],
             "params_input": {}, "responded_at": "2026-12-01T09:29:03.900000Z",
@@ -82,3 +82,33 @@ def test_the_paths_quote_the_run_id() -> None:
             "approve_full_rollout/-1/hitlDetails")
     assert hitl_path("model_release", run, "approve_full_rollout") == base
     assert hitl_path("model_release", run, "approve_full_rollout", -1, 2) == base + "/tries/2"
+
+
+class _Api:
+    """Records the calls; answers GET with ``detail`` (an exception is raised)."""
+
+    def __init__(self, detail: Any) -> None:
+        self.detail = detail
+        self.calls: list[tuple[str, str, Any]] = []
+
+    def __call__(self, method: str, path: str, **kwargs: Any) -> Any:
+        self.calls.append((method, path, kwargs.get("json")))
+        if method == "GET" and isinstance(self.detail, Exception):
+            raise self.detail
+        return self.detail if method == "GET" else None
+
+
+def test_an_abort_answers_the_open_approval_with_reject() -> None:
+    api = _Api({"response_received": False, "options": ["Approve", "Reject"]})
+    said = reject_open_approval(api, "model_release", "r1")
+    path = hitl_path("model_release", "r1", "approve_full_rollout")
+    assert api.calls == [("GET", path, None), ("PATCH", path, {"chosen_options": ["Reject"], "params_input": {}})]
+    assert "answered Reject" in said
+
+
+@pytest.mark.parametrize("detail", [{**ANSWERED}, RuntimeError("HTTP 404 not found"), None])
+def test_an_approval_not_open_is_left_alone(detail: Any) -> None:
+    api = _Api(detail)
+    said = reject_open_approval(api, "model_release", "r1")
+    assert [c[0] for c in api.calls] == ["GET"]  # never answered
+    assert "already answered" in said or "applies the abort when it asks" in said

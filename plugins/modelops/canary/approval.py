@@ -20,6 +20,13 @@ the person already gave, so nobody is asked twice for one decision:
 Without an answer (or without the API) the retry asks again, as the first try did. Only the answer
 of a try that did not succeed is carried over: a person who clears an approval that went through
 wants to be asked again.
+
+Abort while the release waits. No canary window runs while the approval is open, so an abort
+requested then (the cockpit, ``modelops release abort``, the control DAG) would never be applied.
+``model_release_control`` therefore answers the open approval with Reject
+(:func:`reject_open_approval`), and the rejection applies the pending abort request, so the release
+ends *aborted* by whoever asked, with their reason. An abort requested before the approval asks is
+applied by the approval task itself, without asking.
 """
 
 from __future__ import annotations
@@ -84,6 +91,26 @@ def earlier_answer(fetch: Callable[[int | None], Mapping[str, Any]], try_number:
     return None
 
 
+APPROVAL_TASK = "approve_full_rollout"
+
+
+def reject_open_approval(request: Callable[..., Any], dag_id: str, run_id: str, task_id: str = APPROVAL_TASK) -> str:
+    """Answer the release's open approval with Reject (``request`` is ``AirflowClient.request``).
+
+    Returns what happened, for the log: an approval that is not open (not asked yet, or already
+    answered) is left alone; the approval task applies a pending abort when it asks.
+    """
+    path = hitl_path(dag_id, run_id, task_id)
+    try:
+        detail = request("GET", path)
+    except Exception as exc:  # not asked yet: the approval task sees the abort request when it asks
+        return f"no open approval ({exc}); the approval task applies the abort when it asks"
+    if not detail or detail.get("response_received"):
+        return "the approval was already answered"
+    request("PATCH", path, json={"chosen_options": ["Reject"], "params_input": {}})
+    return f"the open approval of {dag_id}/{run_id} answered Reject: the release aborts now"
+
+
 def hitl_path(dag_id: str, run_id: str, task_id: str, map_index: int = -1, try_number: int | None = None) -> str:
     """The REST path of a task instance's HITL detail; of its archived try ``try_number`` when given."""
     path = (f"/api/v2/dags/{quote(dag_id, safe='')}/dagRuns/{quote(run_id, safe='')}/taskInstances/"
@@ -114,7 +141,27 @@ class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
                 self.log.info("try %d: the approval was answered in an earlier try (%s by %s); not asking again",
                               ti.try_number, event["chosen_options"], event.get("responded_by_user"))
                 return self.execute_complete(context, event)
+        if self._abort_pending(context):
+            self.log.info("an abort was requested while the release waited for approval: not asking")
+            self._end_release(context, None, None)
         return super().execute(context)
+
+    def _abort_pending(self, context: Any) -> bool:
+        """Whether the release has a pending abort request (``canary/<model>/v<N>.control.json``)."""
+        from modelops.canary.control import control_key, parse_control
+        from modelops.errors import ContractError
+        from modelops.objectstore import ObjectStore
+
+        published = context["ti"].xcom_pull(task_ids="publish") or {}
+        store = ObjectStore.from_settings()
+        key = control_key(str(published["model"]), int(published["triton_version"]))
+        if not store.exists(key):
+            return False
+        try:
+            request, _, _ = parse_control(store.get_bytes(key))
+        except ContractError:  # the release's next reader refuses and removes it
+            return False
+        return request.get("action") == "abort"
 
     def _earlier_answer(self, context: Any) -> dict[str, Any] | None:
         from modelops.airflow_client import client_from_settings
@@ -130,23 +177,33 @@ class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
             ti.try_number)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        from modelops.canary.operator import finish, wire
-        from modelops.canary.params import spec_from_params
-        from modelops.cockpit.recording import record_release, responder
+        from modelops.cockpit.recording import responder
 
         result = super().execute_complete(context=context, event=event)
         if result["chosen_options"][0] == self.APPROVE:
             return result
+        self._end_release(context, *responder(result))
+        raise AirflowFailException("release rejected at approval")
+
+    def _end_release(self, context: Any, by: str | None, at: float | None) -> None:
+        """Abort the release: by a pending abort request (its requester and reason), else as rejected by
+        ``by``. Raises when the release ended; returns (``by`` None) when no abort was applied."""
+        from modelops.canary.operator import apply_control, finish, wire
+        from modelops.canary.params import spec_from_params
+        from modelops.cockpit.record import Control
+        from modelops.cockpit.recording import record_release
+
         candidate = context["ti"].xcom_pull(task_ids="resolve_candidate")
         published = context["ti"].xcom_pull(task_ids="publish")
         wiring = wire(candidate, published, spec_from_params(context["params"]))
-        if wiring.runner is not None:
-            from modelops.cockpit.record import Control
-
-            by, at = responder(result)
-            status = wiring.runner.resume()
+        if wiring.runner is None:
+            return
+        status = wiring.runner.resume()
+        status, control = apply_control(wiring, status, self.log)  # an abort requested meanwhile comes first
+        if not status.phase.terminal:
+            if by is None:
+                return
             status = wiring.runner.handle(AbortCommand(by, "rejected at approval"))
-            record_release(context, wiring, candidate, status, log=self.log,
-                           control=Control("reject", by, at or time.time(), time.time()))
-            finish(context, status, self.log)
-        raise AirflowFailException("release rejected at approval")
+            control = Control("reject", by, at or time.time(), time.time())
+        record_release(context, wiring, candidate, status, log=self.log, control=control)
+        finish(context, status, self.log)

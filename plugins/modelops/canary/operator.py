@@ -232,7 +232,7 @@ class CanaryOperator(BaseOperator):
                       if closed is not None else "closed by the worker",
                       now - float((event or {}).get("fired_at", now)))
         status = runner.resume()
-        status, control = self._apply_control(wiring, status)
+        status, control = apply_control(wiring, status, self.log)
         window = None
         if not status.phase.terminal and m is not None:
             analysed, weight = status.analyses, status.weight
@@ -261,30 +261,6 @@ class CanaryOperator(BaseOperator):
             status = runner.handle(ApproveCommand(by=by))
             return status, Control("approve", by, at or time.time(), time.time())
         return status, None
-
-    def _apply_control(self, wiring: Wiring, status: CanaryStatus) -> tuple[CanaryStatus, Any]:
-        """Apply a pending control request; returns the status and the cockpit's record of it (or None)."""
-        from modelops.cockpit.record import Control
-
-        assert wiring.runner is not None
-        key = control_key(wiring.model, wiring.canary_version)
-        if not wiring.store.exists(key):
-            return status, None
-        raw = wiring.store.get_bytes(key)
-        wiring.store.delete(key)
-        try:
-            request, command, requested_at = parse_control(raw)
-        except ContractError as exc:
-            # Refused, not retried: one bad document must not fail every later window of the release.
-            self.log.error("control request %s refused and removed: %s; it was %r", key, exc, raw[:500])
-            return status, None
-        if requested_at < status.started_at:
-            self.log.info("control request %s predates this release: ignored", request)
-            return status, None
-        self.log.info("control request: %s", request)
-        status = wiring.runner.handle(command)
-        return status, Control(str(request.get("action")), str(request.get("by", "operator")),
-                               float(request.get("requested_at", 0.0)), time.time(), str(request.get("reason", "")))
 
     def _next(self, context: Any, wiring: Wiring, status: CanaryStatus,
               opened: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -345,6 +321,33 @@ def _ended_in_this_run(context: Any, wiring: Wiring) -> CanaryStatus | None:
 def _traffic_hint(spec: CanarySpec) -> list[str]:
     return [f"at {rate:g} req/s: {w}" for rate in (10.0, 100.0)
             for w in (*traffic_warnings(spec, rate), *detection_warnings(spec, rate))][:6]
+
+
+def apply_control(wiring: Wiring, status: CanaryStatus, log: Any) -> tuple[CanaryStatus, Any]:
+    """Apply (and remove) the release's pending control request; returns the status and the cockpit's
+    record of it (or None). A canary window applies it; so does a rejection at approval (an abort
+    requested while the release waited for approval is what answered it)."""
+    from modelops.cockpit.record import Control
+
+    assert wiring.runner is not None
+    key = control_key(wiring.model, wiring.canary_version)
+    if not wiring.store.exists(key):
+        return status, None
+    raw = wiring.store.get_bytes(key)
+    wiring.store.delete(key)
+    try:
+        request, command, requested_at = parse_control(raw)
+    except ContractError as exc:
+        # Refused, not retried: one bad document must not fail every later window of the release.
+        log.error("control request %s refused and removed: %s; it was %r", key, exc, raw[:500])
+        return status, None
+    if requested_at < status.started_at:
+        log.info("control request %s predates this release: ignored", request)
+        return status, None
+    log.info("control request: %s", request)
+    status = wiring.runner.handle(command)
+    return status, Control(str(request.get("action")), str(request.get("by", "operator")),
+                           float(request.get("requested_at", 0.0)), time.time(), str(request.get("reason", "")))
 
 
 def finish(context: Any, status: CanaryStatus, log: Any) -> dict[str, Any]:

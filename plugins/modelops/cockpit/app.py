@@ -178,8 +178,10 @@ def take_action(request: Request, user: Any, record: ReleaseRecord, action: str,
     run = _airflow(request, "POST", f"/api/v2/dags/{CONTROL_DAG}/dagRuns",
                    json={"logical_date": None, "conf": conf,
                          "dag_run_id": f"cockpit-{action}-{uuid.uuid4().hex[:8]}"})
+    when = ("at once (the release waits for approval: the abort answers it)"
+            if action == "abort" and record.phase == "waiting_approval" else "at its next analysis window")
     return (f"{action} requested for {record.model} v{record.canary_version} as {who} "
-            f"(run {run['dag_run_id']}); the release applies it at its next analysis window")
+            f"(run {run['dag_run_id']}); the release applies it {when}")
 
 
 # ------------------------------------------------------------------ the app

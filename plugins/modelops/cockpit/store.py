@@ -40,7 +40,8 @@ CONTRACT_HTML = "contracts/features_validation.html"
 class Store(Protocol):
     """The part of :class:`modelops.objectstore.ObjectStore` the cockpit uses."""
 
-    bucket: str
+    @property
+    def bucket(self) -> str: ...
 
     def exists(self, key: str) -> bool: ...
 
