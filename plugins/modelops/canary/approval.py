@@ -38,7 +38,7 @@ from datetime import datetime
 from typing import Any
 from urllib.parse import quote
 
-from airflow.providers.standard.operators.hitl import ApprovalOperator
+from airflow.providers.standard.operators.hitl import ApprovalOperator, HITLOperator
 from airflow.sdk.exceptions import AirflowFailException, AirflowSkipException
 
 from modelops.canary.actions import AbortCommand
@@ -179,8 +179,14 @@ class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
         from modelops.cockpit.recording import responder
 
-        result = super().execute_complete(context=context, event=event)
-        if result["chosen_options"][0] == self.APPROVE:
+        # HITLOperator's part (validate, record the answer), not ApprovalOperator's: on Reject that one
+        # skips the downstream tasks (the SDK's skip raises), so canary_finish would never run and the
+        # canary would stay at its weight. A rejection ends the release here instead.
+        result = HITLOperator.execute_complete(self, context=context, event=event)
+        approved = result["chosen_options"][0] == self.APPROVE
+        self.hitl_summary_extra["approved"] = approved
+        if approved:
+            self.log.info("Approved. Proceeding with downstream tasks...")
             return result
         self._end_release(context, *responder(result))
         raise AirflowFailException("release rejected at approval")
