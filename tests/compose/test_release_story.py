@@ -75,13 +75,30 @@ def _run_traffic(cfg: Settings, n: int, seed: int) -> Any:
     return asyncio.run(run_traffic(_traffic_spec(n, seed, rate=150.0), cfg.gateway_url, progress=lambda line: None))
 
 
-def _train(airflow: AirflowClient, **params: Any) -> str:
+def _start_training(airflow: AirflowClient, **params: Any) -> str:
     run_id = airflow.trigger("train_and_register", {"model_name": MODEL, **TRAIN, **params},
                              run_id=f"compose-train-{uuid.uuid4().hex[:8]}")
     RUNS.append(("train_and_register", run_id))
+    return run_id
+
+
+def _trained(airflow: AirflowClient, run_id: str) -> str:
+    """The MLflow version a ``train_and_register`` run registered (waits for the run)."""
     assert airflow.wait("train_and_register", run_id, timeout_s=600) == "success", _states(
         airflow, "train_and_register", run_id)
     return str(airflow.xcom("train_and_register", run_id, "register")["version"])
+
+
+#: The later stories' versions: trained while the first release runs (``train_and_register`` allows
+#: two runs at once, the Celery workers take them), keyed by story.
+TRAINING: dict[str, str] = {}
+LATER_VERSIONS: dict[str, dict[str, Any]] = {"good": {"seed": 8},
+                                             "faulty": {"seed": 9, "variant": "faulty-errors", "error_rate": 0.3}}
+
+
+def _version_for(airflow: AirflowClient, story: str) -> str:
+    run_id = TRAINING.pop(story, None) or _start_training(airflow, **LATER_VERSIONS[story])
+    return _trained(airflow, run_id)
 
 
 def _release(airflow: AirflowClient, version: str, **conf: Any) -> str:
@@ -158,7 +175,9 @@ def test_a_version_trained_in_airflow_is_released_and_served_through_the_load_ba
     airflow: AirflowClient, compose_settings: Settings, object_store: ObjectStore,
 ) -> None:
     publish_tables(object_store, f"base-{uuid.uuid4().hex[:6]}", shift=False)
-    version = _train(airflow, seed=7)
+    first = _start_training(airflow, seed=7)
+    version = _trained(airflow, first)
+    TRAINING.update({story: _start_training(airflow, **params) for story, params in LATER_VERSIONS.items()})
     run_id = _release(airflow, version)
     assert airflow.wait("model_release", run_id, timeout_s=600) == "success", _states(
         airflow, "model_release", run_id)
@@ -182,7 +201,7 @@ def test_a_good_version_is_promoted_by_the_canary(
     from modelops.traffic.runner import BackgroundTraffic
 
     assert STORY, "the first release did not happen"
-    version = _train(airflow, seed=8)
+    version = _version_for(airflow, "good")
     with BackgroundTraffic(_traffic_spec(10**6, seed=2), compose_settings.gateway_url):
         run_id = _release(airflow, version)
         state = airflow.wait("model_release", run_id, timeout_s=CANARY_RELEASE_S)
@@ -210,7 +229,7 @@ def test_a_faulty_version_is_rolled_back_with_its_mttr(
     from modelops.traffic.runner import BackgroundTraffic
 
     assert STORY, "the first release did not happen"
-    version = _train(airflow, seed=9, variant="faulty-errors", error_rate=0.3)
+    version = _version_for(airflow, "faulty")
     with BackgroundTraffic(_traffic_spec(10**6, seed=3), compose_settings.gateway_url):
         run_id = _release(airflow, version)
         state = airflow.wait("model_release", run_id, timeout_s=CANARY_RELEASE_S)
