@@ -21,7 +21,7 @@ import pytest
 import requests
 
 from modelops.airflow_client import AirflowClient
-from modelops.canary.approval import APPROVAL_TASK
+from modelops.canary.approval import APPROVAL_TASK, hitl_path
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
 from modelops.traffic.runner import BackgroundTraffic
@@ -255,6 +255,24 @@ def test_abort_from_the_control_dag_rolls_back_at_once(
     assert (routes.stable.version, routes.canary, routes.canary_weight) == (stable["triton_version"], None, 0.0)
 
 
+def _hitl(run_id: str) -> str:
+    return hitl_path("model_release", run_id, APPROVAL_TASK)
+
+
+def _open_approval(airflow: AirflowClient, run_id: str) -> dict[str, Any]:
+    """The release's approval detail once the approval task has asked."""
+    # A deadline, not a sleep: the contract gate and publish alone took 2.5 min on a loaded machine,
+    # and the error test may take two windows per step.
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            return dict(airflow.request("GET", _hitl(run_id)))
+        except Exception:  # the approval task has not asked yet
+            assert airflow.run_state("model_release", run_id) in ("queued", "running"), _states(airflow, run_id)
+            time.sleep(2)
+    raise AssertionError(f"the approval was not asked within 300 s: {_states(airflow, run_id)}")
+
+
 def test_with_approval_required_the_release_waits_at_50_percent_until_approved(
     airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
     features_published: None,
@@ -264,20 +282,9 @@ def test_with_approval_required_the_release_waits_at_50_percent_until_approved(
     model = f"can_{uuid.uuid4().hex[:6]}"
     _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
     version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
-    hitl = "/api/v2/dags/model_release/dagRuns/{run_id}/taskInstances/approve_full_rollout/-1/hitlDetails"
     with Traffic(stack_settings, model):
         run_id = _release(airflow, model, version, require_approval=True)
-        # A deadline, not a sleep: the contract gate and publish alone took 2.5 min on a loaded machine,
-        # and the error test may take two windows per step.
-        deadline = time.monotonic() + 300
-        detail: dict[str, Any] | None = None
-        while time.monotonic() < deadline and detail is None:
-            try:
-                detail = airflow.request("GET", hitl.format(run_id=run_id))
-            except Exception:  # the approval task has not asked yet
-                assert airflow.run_state("model_release", run_id) in ("queued", "running"), _states(airflow, run_id)
-                time.sleep(2)
-        assert detail is not None, _states(airflow, run_id)
+        detail = _open_approval(airflow, run_id)
         canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
         # It waits: still 50 % after a few more intervals, nothing promoted.
         time.sleep(3 * CANARY["analysis_interval_s"])
@@ -286,7 +293,7 @@ def test_with_approval_required_the_release_waits_at_50_percent_until_approved(
         assert _routes(object_store, model).canary_weight == 0.5
         assert MlflowRegistry.from_settings().get(model, version).stage != "Production"
         assert detail["options"] == ["Approve", "Reject"]
-        airflow.request("PATCH", hitl.format(run_id=run_id), json={"chosen_options": ["Approve"]})
+        airflow.request("PATCH", _hitl(run_id), json={"chosen_options": ["Approve"]})
         state = airflow.wait("model_release", run_id, timeout_s=120)
     assert state == "success", _states(airflow, run_id)
     status = _checkpoint(object_store, model, canary_tv)
@@ -303,18 +310,9 @@ def test_an_abort_while_the_release_waits_for_approval_ends_it_at_once(
     model = f"can_{uuid.uuid4().hex[:6]}"
     stable = _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
     version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
-    hitl = f"/api/v2/dags/model_release/dagRuns/{{run_id}}/taskInstances/{APPROVAL_TASK}/-1/hitlDetails"
     with Traffic(stack_settings, model):
         run_id = _release(airflow, model, version, canary_steps="50,100", require_approval=True)
-        deadline = time.monotonic() + 300
-        detail: dict[str, Any] | None = None
-        while time.monotonic() < deadline and detail is None:
-            try:
-                detail = airflow.request("GET", hitl.format(run_id=run_id))
-            except Exception:  # the approval task has not asked yet
-                assert airflow.run_state("model_release", run_id) in ("queued", "running"), _states(airflow, run_id)
-                time.sleep(2)
-        assert detail is not None and not detail["response_received"], _states(airflow, run_id)
+        assert not _open_approval(airflow, run_id)["response_received"]
         canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
         assert _checkpoint(object_store, model, canary_tv)["phase"] == "waiting_approval"
         control = airflow.trigger("model_release_control", {"model": model, "version": canary_tv, "action": "abort",
@@ -325,7 +323,7 @@ def test_an_abort_while_the_release_waits_for_approval_ends_it_at_once(
         state = airflow.wait("model_release", run_id, timeout_s=120)
     assert state == "failed", _states(airflow, run_id)
     assert _states(airflow, run_id)["approve_full_rollout"] == "failed"
-    assert airflow.request("GET", hitl.format(run_id=run_id))["chosen_options"] == ["Reject"]
+    assert airflow.request("GET", _hitl(run_id))["chosen_options"] == ["Reject"]
     status = _checkpoint(object_store, model, canary_tv)
     assert (status["phase"], status["reason"]) == ("aborted", "aborted by alice: wrong model")
     assert 0 < status["rollback_applied_at"] - request["requested_at"] < 60
