@@ -59,6 +59,19 @@ build modelops-standin-nginx:latest docker/standins/nginx.Dockerfile docker/stan
 for standin in prometheus pushgateway alertmanager redis; do
   build "modelops-standin-$standin:latest" "docker/standins/$standin.Dockerfile" docker/standins
 done
+# Every code change leaves the previous project image dangling and its build cache behind: 61 GB on
+# this machine after a few days of runs, until the object store's volume server refused to grow
+# (SeaweedFS keeps 1 % of the disk free) and objectstore-init failed. Drop the dangling images and
+# all but the newest build cache (this build just used the environment layers: they stay).
+"$DOCKER" image prune -f >/dev/null
+"$DOCKER" builder prune -f --keep-storage "${COMPOSE_TEST_BUILD_CACHE:-10GB}" >/dev/null 2>&1
+free_gib=$(df --output=avail -BG "$("$DOCKER" info -f '{{.DockerRootDir}}')" | tail -1 | tr -dc 0-9)
+if [ "$free_gib" -lt "${COMPOSE_TEST_MIN_FREE_GIB:-6}" ]; then
+  echo "only ${free_gib} GiB free for the engine's data ($("$DOCKER" info -f '{{.DockerRootDir}}')); the topology" \
+       "needs ${COMPOSE_TEST_MIN_FREE_GIB:-6} GiB (the object store's volumes, the logs, the Spark work dirs): free disk" \
+       "space first (e.g. docker system prune), or set COMPOSE_TEST_MIN_FREE_GIB" >&2
+  exit 1
+fi
 
 PYTHON=.venv/bin/python docker/compose-env.sh "$PORT_BASE" >"$WORK/env"
 chmod 600 "$WORK/env"
