@@ -28,12 +28,12 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
-from modelops.canary.approval import hitl_path
+from modelops.canary.approval import APPROVAL_TASK, hitl_path
 from modelops.cockpit import store as cockpit_store
 from modelops.cockpit import views
 from modelops.cockpit.record import ReleaseRecord
 
-RELEASE_DAG, CONTROL_DAG, APPROVAL_TASK = "model_release", "model_release_control", "approve_full_rollout"
+RELEASE_DAG, CONTROL_DAG = "model_release", "model_release_control"
 CONTROL_ACTIONS = ("pause", "resume", "abort")
 APPROVAL_ACTIONS = {"approve": "Approve", "reject": "Reject"}
 PREFIX = "/modelops"
