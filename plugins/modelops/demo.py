@@ -143,6 +143,20 @@ def _traffic(cfg: Settings) -> BackgroundTraffic:
     return BackgroundTraffic(spec, cfg.gateway_url)
 
 
+def _wait_release(client: Any, run_id: str) -> str:
+    """The release's end, or an error at once when it paused and waits for a person (never 15 minutes)."""
+    from modelops.airflow_client import AirflowError
+    from modelops.release.follow import PAUSED, wait_release
+
+    state = wait_release(client, DEMO_MODEL, run_id, timeout_s=900,
+                         on_change=lambda s: print(f"    model_release: {s}", flush=True),
+                         on_pause=lambda note: print("    " + note.replace("\n", "\n    "), flush=True))
+    if state == PAUSED:
+        raise AirflowError(f"the release of {DEMO_MODEL} (run {run_id}) paused and waits for a person (see above); "
+                           "resume or abort it, or start over with `modelops stack down && make demo`")
+    return state
+
+
 def _recorded_outcome(client: Any, run_id: str, state: str) -> str:
     """The release's outcome from its recorded phase (the release record the canary task wrote), not the run state.
 
@@ -179,8 +193,7 @@ def _canary_release(cfg: Settings, variant: str, expect: str) -> str:
             "min_requests": 20, "stable_grace_s": 5}
     with _traffic(cfg):
         release = client.trigger("model_release", conf)
-        state = client.wait("model_release", release, timeout_s=900,
-                            on_change=lambda s: print(f"    model_release: {s}", flush=True))
+        state = _wait_release(client, release)
     note = client.request("GET", f"/api/v2/dags/model_release/dagRuns/{release}").get("note") or ""
     print("    timeline: " + note.replace("\n", "\n              "))
     outcome = _recorded_outcome(client, release, state)
@@ -231,8 +244,7 @@ def _release_on_staging(cfg: Settings) -> str:
         print(f"    release_on_staging started model_release run {release}")
         print(f"    follow it in the cockpit: {cfg.airflow_api_url}/modelops/releases (Airflow nav: Browse → "
               "Releases), or on the run page's Release tab")
-        state = client.wait("model_release", release, timeout_s=900,
-                            on_change=lambda s: print(f"    model_release: {s}", flush=True))
+        state = _wait_release(client, release)
     if state != "success":
         raise AirflowError(f"the release of {DEMO_MODEL} version {version} from Staging ended {state}")
     _STATE["version"] = version

@@ -89,22 +89,49 @@ def _states(airflow: AirflowClient, run_id: str) -> dict[str, str | None]:
     return {task: ti["state"] for task, ti in _tasks(airflow, run_id).items()}
 
 
-def _finish(airflow: AirflowClient, run_id: str) -> str:
+def _finish(airflow: AirflowClient, model: str, run_id: str) -> str:
     """How the release run ended: by itself, or failed cleanly and its re-run completed.
 
     The re-run is what an operator does with a failed release: clear its failed tasks (the same run,
     so the same claim on the version; the release resumes from its checkpoint).
     """
-    state = airflow.wait("model_release", run_id, timeout_s=RELEASE_S)
+    state = _ended(airflow, model, run_id)
     if state == "success":
         return "completed by itself"
-    assert state == "failed", f"release run {run_id} ended {state}: {_states(airflow, run_id)}"
+    assert state == "failed", f"release run {run_id} ended {state}: {_explain(airflow, model, run_id)}"
     failed = {task: s for task, s in _states(airflow, run_id).items() if s in ("failed", "upstream_failed")}
     airflow.request("POST", "/api/v2/dags/model_release/clearTaskInstances",
                     json={"dry_run": False, "dag_run_id": run_id, "only_failed": True, "reset_dag_runs": True})
     wait_for(lambda: airflow.run_state("model_release", run_id) != "failed", 60, "the cleared run runs again")
-    assert airflow.wait("model_release", run_id, timeout_s=RELEASE_S) == "success", _states(airflow, run_id)
+    assert _ended(airflow, model, run_id) == "success", _explain(airflow, model, run_id)
     return f"failed cleanly ({failed}), its re-run completed"
+
+
+def _ended(airflow: AirflowClient, model: str, run_id: str) -> str:
+    """The run's final state; a release that waits for a person, or a run still going, fails with the evidence."""
+    from modelops.airflow_client import AirflowError
+    from modelops.release.follow import PAUSED, wait_release
+
+    try:
+        state = wait_release(airflow, model, run_id, timeout_s=RELEASE_S)
+    except AirflowError as exc:
+        pytest.fail(f"{exc}: {_explain(airflow, model, run_id)}")
+    if state == PAUSED:
+        pytest.fail(f"release run {run_id} paused and waits for a person: {_explain(airflow, model, run_id)}")
+    return state
+
+
+def _explain(airflow: AirflowClient, model: str, run_id: str) -> str:
+    """The run's task states and its release's status (phase, reason, timeline, last analysis)."""
+    from modelops.canary.report import summary
+    from modelops.release.follow import canary_status, canary_version
+
+    status = canary_status(model, canary_version(airflow, run_id))
+    if status is None:
+        return f"task states {_states(airflow, run_id)}\nno release status"
+    last = "" if status.last_analysis is None else f"\nlast analysis: {status.last_analysis.summary()}"
+    release = summary(status) + last
+    return f"task states {_states(airflow, run_id)}\n{release}"
 
 
 def _routes(store: ObjectStore, model: str) -> Any:
@@ -154,7 +181,7 @@ def _champion(airflow: AirflowClient, store: ObjectStore, world: dict[str, Any],
     from modelops.gateway.routes import routes_key
 
     if not store.exists(routes_key(world["model"])):
-        _finish(airflow, _trigger(airflow, world["model"], _register(world, mlflow_uri)))
+        _finish(airflow, world["model"], _trigger(airflow, world["model"], _register(world, mlflow_uri)))
     return _routes(store, world["model"])
 
 
@@ -209,7 +236,7 @@ def test_scheduler_sigkilled_during_publish(airflow: AirflowClient, stack_settin
     print(f"publish running {killed_at - started:.1f} s after the trigger (try {ti.get('try_number')}): "
           f"scheduler SIGKILLed while the publish held the load lock, a new one heartbeating {restarted_s:.1f} s later")
 
-    how = _finish(airflow, run_id)
+    how = _finish(airflow, model, run_id)
     ended_s = time.monotonic() - killed_at
     assert ended_s <= SCHEDULER_RECOVERY_S, f"released {ended_s:.0f} s after the kill (bound {SCHEDULER_RECOVERY_S})"
     routes = _check_no_half_state(stack_settings, object_store, model, version)
@@ -259,7 +286,7 @@ def test_triton_sigkilled_during_the_canary(airflow: AirflowClient, stack_settin
 
         wait_for(routed_served, TRITON_RECOVERY_S, "Triton serves the routed versions again")
         served_s = time.monotonic() - killed_at
-        how = _finish(airflow, run_id)
+        how = _finish(airflow, model, run_id)
         ended_s = time.monotonic() - killed_at
     print(f"Triton SIGKILLed during the canary of v{canary.version}: restarted {restarted_s:.1f} s, routed "
           f"versions served again {served_s:.1f} s after the kill (bound {TRITON_RECOVERY_S:.0f} s); release "

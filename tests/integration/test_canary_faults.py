@@ -158,20 +158,42 @@ def test_a_version_three_times_slower_is_rolled_back(
 
 def test_thin_traffic_never_decides_and_pauses_after_the_inconclusive_limit(
     airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
-    features_published: None, notifications: NotificationReceiver,
+    features_published: None, notifications: NotificationReceiver, capsys: pytest.CaptureFixture[str],
 ) -> None:
+    """Started with ``modelops release start``, which reports the pause at once (exit 3), not at its timeout."""
+    import argparse
+
     from modelops.registry.mlflow_registry import MlflowRegistry
+    from modelops.release.commands import PAUSED_EXIT, add_commands
 
     model = f"can_{uuid.uuid4().hex[:6]}"
     stable = _serve_stable(stack_settings, object_store, trained, mlflow_uri, model)
     version = _register(_variant(trained, {"variant": "good"}), mlflow_uri, model)
     interval = CANARY["analysis_interval_s"]
+    parser = argparse.ArgumentParser()
+    add_commands(parser.add_subparsers(dest="command"))
+    # The spec's default inconclusive_limit (3) and the CANARY release options.
+    args = parser.parse_args(["release", "start", "--model", model, "--version", version, "--steps", "25,50,100",
+                              "--interval-s", str(interval), "--min-requests", str(CANARY["min_requests"]),
+                              "--grace-s", "4", "--timeout-s", "400"])
+    capsys.readouterr()
     # 2 req/s: about 2.5 canary and 7.5 stable requests per 5 s window at 25 %, far below 20.
     with Traffic(stack_settings, model, rate=2.0):
-        run_id = _release(airflow, model, version, canary_inconclusive_limit=3)
+        code = args.func(args)
+        returned_at = time.time()
+        printed = capsys.readouterr().out
+        run_id = printed.split("model_release run ", 1)[1].split()[0]
         canary_tv = _canary_version(airflow, run_id)
-        status = _wait_status(object_store, model, canary_tv, lambda s: s["phase"] == "paused", 120)
-        assert status.get("phase") == "paused", (status, _states(airflow, run_id))
+        status = _checkpoint(object_store, model, canary_tv)
+        assert code == PAUSED_EXIT and status.get("phase") == "paused", (code, printed, status)
+        paused_at = status["transitions"][-1]["at"]
+        assert returned_at - paused_at <= interval, f"reported {returned_at - paused_at:.1f} s after the pause"
+        assert "paused at 25%" in printed and "waits for a person" in printed, printed
+        # The run and the canary task say so too, where people look in the Airflow UI.
+        assert "waits for a person" in _note(airflow, run_id) and "inconclusive" in _note(airflow, run_id)
+        canary_ti = airflow.request("GET", f"/api/v2/dags/model_release/dagRuns/{run_id}/taskInstances/"
+                                    "canary_to_approval")
+        assert canary_ti["state"] == "deferred" and "waits for a person" in (canary_ti.get("note") or ""), canary_ti
         # It stays paused at its first weight for more windows: nothing promoted, nothing rolled back.
         time.sleep(3 * interval)
         status = _checkpoint(object_store, model, canary_tv)
@@ -254,11 +276,12 @@ def test_scheduler_and_triggerer_killed_mid_canary_resume_and_end_correctly(
     assert json.dumps(status).count('"rolling_back"') == 0
 
 
-def test_an_unreachable_gateway_pauses_the_release_and_resume_goes_on(
+def test_a_killed_gateway_pauses_the_release_and_it_resumes_by_itself_once_the_gateway_is_back(
     airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
     features_published: None, notifications: NotificationReceiver,
 ) -> None:
-    """A canary that cannot be measured is never promoted: it pauses and alerts; resume continues it."""
+    """A canary that cannot be measured is never promoted: it pauses (an incident: the serving layer is down,
+    not the canary judged) and alerts; the first window measured again resumes it, no person needed."""
     from modelops.stack import launcher
 
     model = f"can_{uuid.uuid4().hex[:6]}"
@@ -275,20 +298,19 @@ def test_an_unreachable_gateway_pauses_the_release_and_resume_goes_on(
             status = _wait_status(object_store, model, canary_tv, lambda s: s["phase"] == "paused", 90)
             assert status.get("phase") == "paused", status
             assert "unreachable" in status["reason"] and status["failed_checks"] == 0, status["reason"]
+            assert status["reason"].startswith("incident, not the canary's fault"), status["reason"]
             assert status["weight"] == 0.5 and _routes(object_store, model).canary_weight == 0.5
+            assert "resumes by itself" in _note(airflow, run_id), _note(airflow, run_id)
         finally:
             states = {s.name: s.state for s in launcher.up(stack_settings, progress=lambda line: None,
                                                            only=("gateway",))}
         assert states["gateway"] == "healthy", states
-        resume = airflow.trigger("model_release_control", {"model": model, "version": canary_tv,
-                                                           "action": "resume", "reason": "gateway back"},
-                                 run_id=f"test-resume-{uuid.uuid4().hex[:8]}")
-        assert airflow.wait("model_release_control", resume, timeout_s=120) == "success"
         state = airflow.wait("model_release", run_id, timeout_s=240)
     assert state == "success", _states(airflow, run_id)
     status = _checkpoint(object_store, model, canary_tv)
     assert status["phase"] == "promoted"
     assert [t["to"] for t in status["transitions"]] == ["progressing", "paused", "progressing", "promoting",
                                                         "promoted"]
+    assert status["transitions"][2]["reason"] == "resumed: the incident cleared", status["transitions"]
     titles = _canary_titles(notifications, model)
-    assert sorted(t.rsplit(": ", 1)[1] for t in titles) == ["paused", "promoted", "resumed", "started"], titles
+    assert sorted(t.rsplit(": ", 1)[1] for t in titles) == ["incident", "promoted", "resumed", "started"], titles

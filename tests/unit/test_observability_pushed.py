@@ -91,6 +91,59 @@ def test_release_group_holds_only_the_current_phase() -> None:
     assert _samples(group) == {'modelops_release_phase{phase="waiting_approval",version="5"}': 1.0}
 
 
+def test_a_paused_release_says_since_when_whether_it_waits_for_a_person_and_when_it_alerts() -> None:
+    group = release_group("ranker", 5, "paused", paused_since=1000.0, waits_for_person=True, pause_alert_s=600)
+    assert _samples(group) == {
+        'modelops_release_phase{phase="paused",version="5"}': 1.0,
+        'modelops_release_paused_since_timestamp_seconds{cause="person",version="5"}': 1000.0,
+        "modelops_release_pause_alert_after_seconds{}": 600.0,
+    }
+    incident = release_group("ranker", 5, "paused", paused_since=1000.0)
+    assert 'modelops_release_paused_since_timestamp_seconds{cause="incident",version="5"}' in _samples(incident)
+    assert all({n.split("{")[0] for n in _samples(g)} <= PUSHED_METRICS for g in (group, incident))
+
+
+def test_the_phase_store_pushes_a_pause_and_when_it_comes_to_wait_for_a_person(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import dataclasses
+
+    from modelops.canary.machine import advance, start
+    from modelops.canary.measurement import Measurement, VersionWindow
+    from modelops.canary.runner import Checkpoint
+    from modelops.canary.spec import CanarySpec
+    from modelops.observability import release_phase
+
+    pushed: list[dict[str, float]] = []
+    monkeypatch.setattr(release_phase, "push_if_configured",
+                        lambda groups, what: pushed.append(_samples(groups[0])) or True)
+
+    class Memory:
+        def load(self) -> Checkpoint | None:
+            return None
+
+        def save(self, checkpoint: Checkpoint) -> None:
+            pass
+
+    spec = CanarySpec(interval_s=10, inconclusive_limit=1)
+    store = release_phase.PhasePushingStore(Memory(), pause_alert_s=120)
+    status, _ = start(spec, "ranker", 4, 5, 1000.0)
+    store.save(Checkpoint(status))
+    outage = Measurement(1000.0, 1010.0, VersionWindow(), VersionWindow(), ("http://gw/metrics",))
+    status, _ = advance(spec, status, outage, 1010.0)  # unreachable: an incident, resumes by itself
+    store.save(Checkpoint(status))
+    store.save(Checkpoint(dataclasses.replace(status, updated_at=1011.0)))  # nothing changed: not pushed again
+    from modelops.canary.actions import PauseCommand
+
+    status, _ = advance(spec, status, PauseCommand("ann"), 1020.0)  # a person holds it: waits for a person
+    store.save(Checkpoint(status))
+    assert [next(k for k in p if k.startswith("modelops_release_phase")) for p in pushed] == [
+        'modelops_release_phase{phase="progressing",version="5"}', 'modelops_release_phase{phase="paused",version="5"}',
+        'modelops_release_phase{phase="paused",version="5"}']
+    assert pushed[1]['modelops_release_paused_since_timestamp_seconds{cause="incident",version="5"}'] == 1010.0
+    assert pushed[2]['modelops_release_paused_since_timestamp_seconds{cause="person",version="5"}'] == 1020.0
+    assert pushed[2]["modelops_release_pause_alert_after_seconds{}"] == 120.0
+
+
 def test_push_to_an_unreachable_gateway_names_job_and_group() -> None:
     with socket.socket() as sock:  # a port nobody listens on
         sock.bind(("127.0.0.1", 0))

@@ -21,7 +21,10 @@ Decisions in detail:
   ``failure_limit``. A passed analysis ends the current run of failures (the MTTR
   clock starts again at the next failing or pending window).
 * An inconclusive analysis (thin traffic, NaN, an unreachable target) neither advances
-  nor fails; ``inconclusive_limit`` of them in a row pause the release and alert.
+  nor fails; ``inconclusive_limit`` of them in a row pause the release and alert. When the
+  last of them could not be measured at all (a gateway's or Triton's metrics unreachable:
+  the serving layer is down, not the canary judged), the pause is an incident and resumes
+  by itself like one; thin traffic or NaN metrics wait for a person.
 * An incident (the stable version degrading too) pauses and alerts at once; nothing is
   counted against the canary. The windows are still analysed while it lasts: the first one
   without an incident (a crashed Triton is serving again) resumes the release by itself
@@ -154,14 +157,27 @@ def _resume(spec: CanarySpec, status: CanaryStatus, now: float, reason: str) -> 
     return resumed, (note,)
 
 
+def _incidents(status: CanaryStatus) -> int:
+    return sum(1 for t in status.transitions if t.target is Phase.PAUSED and t.reason.startswith(_INCIDENT))
+
+
+def resumes_by_itself(status: CanaryStatus) -> bool:
+    """Paused by an incident that the release will resume from by itself once a window is clean.
+
+    False for every other pause (thin traffic, a person's pause, an incident beyond
+    :data:`AUTO_RESUMES`): those wait for a person, and callers following a release say so.
+    """
+    return status.phase is Phase.PAUSED and status.reason.startswith(_INCIDENT) \
+        and _incidents(status) <= AUTO_RESUMES
+
+
 def _incident_cleared(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float) -> Outcome:
     """Paused by an incident: a window without one resumes the release (the window itself is not counted)."""
     if status.last_window_end is not None and m.window_end <= status.last_window_end:
         return status, ()
     analysis = evaluate(spec, m, status.baseline, status.error_evidence)
     status = dataclasses.replace(status, last_window_end=m.window_end, updated_at=now)
-    incidents = sum(1 for t in status.transitions if t.target is Phase.PAUSED and t.reason.startswith(_INCIDENT))
-    if analysis.incident or m.unreachable or incidents > AUTO_RESUMES:
+    if analysis.incident or m.unreachable or not resumes_by_itself(status):
         return status, ()
     return _resume(spec, status, now, "resumed: the incident cleared")
 
@@ -192,8 +208,10 @@ def _measure(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float)
         if status.inconclusive_count >= spec.inconclusive_limit:
             details = "; ".join(sorted({g.detail for g in analysis.gates if g.verdict is Verdict.INCONCLUSIVE
                                         and g.required}))
-            return _pause(status, now, f"{status.inconclusive_count} inconclusive analyses in a row ({details})",
-                          "paused")
+            what = f"{status.inconclusive_count} inconclusive analyses in a row ({details})"
+            if m.unreachable:  # an outage of the serving layer (or its metrics): resumes once measured again
+                return _pause(status, now, f"{_INCIDENT}{what}", "incident")
+            return _pause(status, now, what, "paused")
         return status, ()
     if analysis.verdict is Verdict.PENDING:  # enough traffic, not yet enough evidence: the step waits
         clock = m.window_start if status.first_failing_window_start is None else status.first_failing_window_start

@@ -106,7 +106,7 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
     runner = Runner(spec=spec, release=release, routes=routes, serving=TritonServing(cfg),
                     registry=MlflowRegistryPort(MlflowRegistry.from_settings(cfg)), notifier=default_notifier(),
                     store=PhasePushingStore(ObjectStoreStatusStore(store, checkpoint_key(
-                        model, release.canary.triton_version))))  # the phase also goes to the Pushgateway
+                        model, release.canary.triton_version)), pause_alert_s=spec.pause_alert_s))  # and pushed
     return Wiring(runner, store, model, release.canary.triton_version, source, urls)
 
 
@@ -143,6 +143,30 @@ def set_run_note(dag_id: str, run_id: str, note: str) -> None:
 
     client_from_settings().request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}",
                                    json={"note": note[:NOTE_LIMIT]})
+
+
+def set_task_note(dag_id: str, run_id: str, task_id: str, note: str) -> None:
+    """Set a task instance's note through the REST API (shown beside the deferred task in the UI)."""
+    from modelops.airflow_client import client_from_settings
+
+    client_from_settings().request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}",
+                                   params={"update_mask": "note"}, json={"note": note[:NOTE_LIMIT]})
+
+
+def note_progress(context: Any, status: CanaryStatus, log: Any) -> None:
+    """A phase change of a running release on the run's and the canary task's notes (a pause names its
+    reason and what ends it; a resumption replaces that). A courtesy: a failure is logged."""
+    from modelops.canary.report import progress_note
+
+    note = progress_note(status)
+    if status.phase is Phase.PAUSED:
+        log.warning("%s", note)
+    dag_id, run_id = context["dag"].dag_id, context["dag_run"].run_id
+    try:
+        set_run_note(dag_id, run_id, note)
+        set_task_note(dag_id, run_id, context["ti"].task_id, note)
+    except Exception as exc:
+        log.warning("could not set the run's or the task's note: %s", exc)
 
 
 class CanaryOperator(BaseOperator):
@@ -206,6 +230,8 @@ class CanaryOperator(BaseOperator):
         if self.stage == "finish":
             status, control = self._approve(context, runner, status)
         record_release(context, wiring, self.candidate, status, control=control, log=self.log)
+        if status.phase is Phase.PAUSED:  # a retried or resumed try of a paused release says so again
+            note_progress(context, status, self.log)
         return self._next(context, wiring, status)
 
     def execute_window(self, context: Any, event: Mapping[str, Any] | None = None,
@@ -232,6 +258,7 @@ class CanaryOperator(BaseOperator):
                       if closed is not None else "closed by the worker",
                       now - float((event or {}).get("fired_at", now)))
         status = runner.resume()
+        before = status.phase
         status, control = apply_control(wiring, status, self.log)
         window = None
         if not status.phase.terminal and m is not None:
@@ -247,6 +274,8 @@ class CanaryOperator(BaseOperator):
                           wiring.canary_version, status.phase.value, status.weight * 100, status.analyses,
                           status.failed_checks)
         record_release(context, wiring, self.candidate, status, window=window, control=control, log=self.log)
+        if status.phase is not before and not status.phase.terminal:
+            note_progress(context, status, self.log)
         return self._next(context, wiring, status, opened=closed)
 
     # ---------------------------------------------------------------- internals

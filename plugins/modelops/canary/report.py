@@ -6,7 +6,8 @@ import math
 from datetime import UTC, datetime
 
 from modelops.canary.gates import Analysis
-from modelops.canary.status import CanaryStatus
+from modelops.canary.machine import resumes_by_itself
+from modelops.canary.status import CanaryStatus, Phase
 from modelops.notify.message import table
 
 
@@ -40,3 +41,22 @@ def summary(status: CanaryStatus) -> str:
     lines += [f"{_time(t.at)} {t.source.value} → {t.target.value}" + (f" ({t.reason})" if t.reason else "")
               for t in status.transitions]
     return "\n".join(lines)
+
+
+def progress_note(status: CanaryStatus) -> str:
+    """The run's note while a release goes on: what a paused one waits for, else its summary."""
+    return pause_note(status) if status.phase is Phase.PAUSED else summary(status)
+
+
+def pause_note(status: CanaryStatus) -> str:
+    """What a paused release waits for, and what a person can do (the run's and the task's note).
+
+    An incident the release resumes from by itself says so; every other pause names the
+    commands that end it (the cockpit's Releases page offers the same actions).
+    """
+    head = f"{status.model} v{status.canary_version} paused at {status.weight:.0%}: {status.reason}"
+    if resumes_by_itself(status):
+        return (f"{head}\nIt resumes by itself at the first analysis window without an incident; "
+                f"abort with `modelops release abort --model {status.model} --version {status.canary_version}`.")
+    return (f"{head}\nIt waits for a person: `modelops release resume --model {status.model} --version "
+            f"{status.canary_version}` goes on, `modelops release abort ...` rolls back (or the Releases page).")

@@ -57,6 +57,9 @@ class CanarySpec:
         ctr_alpha: one-sided significance level of the CTR two-proportion z-test.
         ctr_success_actions: feedback actions that count as a success (click-through).
         ctr_trial_actions: feedback actions that count as a trial (a token with an outcome).
+        pause_alert_s: a pause that waits for a person (thin traffic, a person's pause, an
+            incident beyond the automatic resumptions) alerts after this many seconds
+            (``ModelopsReleasePaused``); an incident the release resumes from by itself does not.
     """
 
     steps: tuple[float, ...] = (0.01, 0.05, 0.25, 0.5, 1.0)
@@ -80,6 +83,7 @@ class CanarySpec:
     ctr_alpha: float = 0.01
     ctr_success_actions: tuple[str, ...] = ("click",)
     ctr_trial_actions: tuple[str, ...] = ("click", "skip")
+    pause_alert_s: float = 900.0
     schema_version: int = SPEC_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -195,7 +199,7 @@ def spec_problems(spec: CanarySpec) -> list[str]:
     elif steps[-1] != 1.0 or len(steps) < 2:
         problems.append(f"steps={list(steps)}: need at least one analysed step and the last must be 1.0 "
                         "(example: [0.1, 1.0])")
-    positive = {"interval_s": spec.interval_s, "slo_p99_ms": spec.slo_p99_ms,
+    positive = {"interval_s": spec.interval_s, "slo_p99_ms": spec.slo_p99_ms, "pause_alert_s": spec.pause_alert_s,
                 "latency_ratio": spec.latency_ratio, "error_ratio": spec.error_ratio}
     for name, value in positive.items():
         if not value > 0 or math.isinf(value):

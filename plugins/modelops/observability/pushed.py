@@ -50,7 +50,8 @@ PUSHED_METRICS = frozenset({
     "modelops_feedback_ctr", "modelops_feedback_cvr", "modelops_feedback_impressions",
     "modelops_feedback_clicks", "modelops_feedback_conversions", "modelops_feedback_day_timestamp_seconds",
     "modelops_feedback_rejected",
-    "modelops_release_phase",
+    "modelops_release_phase", "modelops_release_paused_since_timestamp_seconds",
+    "modelops_release_pause_alert_after_seconds",
 })
 
 
@@ -144,11 +145,25 @@ def feedback_groups(day: str, by_version: Iterable[Mapping[str, Any]],
     return groups
 
 
-def release_group(model: str, canary_version: int, phase: str) -> PushGroup:
-    """The current phase of a model's release (one series: the group is replaced on each push)."""
+def release_group(model: str, canary_version: int, phase: str, *, paused_since: float | None = None,
+                  waits_for_person: bool = False, pause_alert_s: float = 900.0) -> PushGroup:
+    """The current phase of a model's release (the group is replaced on each push).
+
+    While paused, also when the pause began, whether it waits for a person (``cause="person"``)
+    or resumes by itself (``cause="incident"``), and after how long a pause that waits for a
+    person alerts (the release's ``pause_alert_s``): ``ModelopsReleasePaused`` compares them.
+    """
     registry = CollectorRegistry()
     Gauge("modelops_release_phase", "1 for the current phase of the model's latest release.",
           labelnames=("version", "phase"), registry=registry).labels(str(canary_version), phase).set(1.0)
+    if paused_since is not None:
+        cause = "person" if waits_for_person else "incident"
+        Gauge("modelops_release_paused_since_timestamp_seconds",
+              "When the model's release paused (present only while it is paused).",
+              labelnames=("version", "cause"), registry=registry).labels(str(canary_version), cause).set(paused_since)
+        Gauge("modelops_release_pause_alert_after_seconds",
+              "How long a pause that waits for a person may last before it alerts (the release's pause_alert_s).",
+              registry=registry).set(pause_alert_s)
     return PushGroup(RELEASE_JOB, {"model": model}, registry)
 
 

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from modelops.canary.machine import resumes_by_itself
 from modelops.canary.runner import Checkpoint, StatusStore
+from modelops.canary.status import Phase
 from modelops.observability.pushed import push_if_configured, release_group
 
 
@@ -21,6 +23,8 @@ class PhasePushingStore:
 
     inner: StatusStore
     pushed_phase: str | None = None
+    pushed_person: bool = False
+    pause_alert_s: float = 900.0
 
     def load(self) -> Checkpoint | None:
         return self.inner.load()
@@ -28,8 +32,15 @@ class PhasePushingStore:
     def save(self, checkpoint: Checkpoint) -> None:
         self.inner.save(checkpoint)
         status = checkpoint.status
+        paused = status.phase is Phase.PAUSED
+        person = paused and not resumes_by_itself(status)
+        # Pushed again when the phase changes, or whether a pause waits for a person (a person's pause
+        # during an incident, or an incident beyond the automatic resumptions, changes only that).
         phase = status.phase.value
-        if phase != self.pushed_phase:
-            group = release_group(status.model, status.canary_version, phase)
+        if (phase, person) != (self.pushed_phase, self.pushed_person):
+            since = next((t.at for t in reversed(status.transitions) if t.target is Phase.PAUSED), status.updated_at) \
+                if paused else None
+            group = release_group(status.model, status.canary_version, status.phase.value, paused_since=since,
+                                  waits_for_person=person, pause_alert_s=self.pause_alert_s)
             if push_if_configured([group], f"release {status.model} v{status.canary_version}"):
-                self.pushed_phase = phase
+                self.pushed_phase, self.pushed_person = phase, person

@@ -77,8 +77,15 @@ def progress_line(run_state: str, status: dict[str, Any] | None) -> str:
     return line
 
 
+PAUSED_EXIT = 3
+"""``release start``'s exit status when the release paused and waits for a person (its run goes on)."""
+
+
 def _start(args: argparse.Namespace) -> int:
     from modelops.airflow_client import TERMINAL_STATES, client_from_settings
+    from modelops.canary.report import pause_note
+    from modelops.canary.status import Phase
+    from modelops.release.follow import canary_status, canary_version, of_this_run, waits_for_person
 
     client = client_from_settings()
     conf: dict[str, Any] = {"model": args.model, "version": str(args.version), "started_by": "cli",
@@ -96,22 +103,30 @@ def _start(args: argparse.Namespace) -> int:
     if args.no_follow:
         return 0
     deadline = time.monotonic() + args.timeout_s
-    last, state, canary_version = "", "", None
+    last, state, published = "", "", None
     while time.monotonic() < deadline:
-        state = client.run_state("model_release", run_id)
-        if canary_version is None:
-            canary_version = _canary_version(client, run_id)
-            if canary_version is not None:
-                print(f"canary: Triton version {canary_version} (modelops release abort --model {args.model} "
-                      f"--version {canary_version})")
-        line = progress_line(state, _status(args.model, canary_version))
+        run = client.request("GET", f"/api/v2/dags/model_release/dagRuns/{run_id}")
+        state = str(run["state"])
+        if published is None:
+            published = canary_version(client, run_id)
+            if published is not None:
+                print(f"canary: Triton version {published} (modelops release abort --model {args.model} "
+                      f"--version {published})")
+        status = canary_status(args.model, published)
+        status = status if status is not None and of_this_run(status, run) else None
+        line = progress_line(state, None if status is None else status.to_dict())
         if line != last:
             print(f"{time.strftime('%H:%M:%S')} {line}", flush=True)
             if "waiting_approval" in line:
                 print("  approve in the Airflow UI (Required Actions) or reject there to roll back")
+            if status is not None and status.phase is Phase.PAUSED:
+                print("  " + pause_note(status).replace("\n", "\n  "), flush=True)
             last = line
         if state in TERMINAL_STATES:
             break
+        if state == "running" and waits_for_person(status):
+            print(f"paused: the release waits for a person (run {run_id} keeps running); exit status 3")
+            return PAUSED_EXIT
         if "promoted at" in line and _task_state(client, run_id, "canary_finish") == "success":
             print("promoted; the previous stable version stays loaded for the grace period (task "
                   "retire_previous_stable), then is unloaded")
@@ -130,28 +145,3 @@ def _start(args: argparse.Namespace) -> int:
 def _task_state(client: Any, run_id: str, task_id: str) -> str | None:
     states = {t["task_id"]: t.get("state") for t in client.task_instances("model_release", run_id)}
     return states.get(task_id)
-
-
-def _canary_version(client: Any, run_id: str) -> int | None:
-    from modelops.airflow_client import AirflowError
-
-    try:
-        return int(client.xcom("model_release", run_id, "publish")["triton_version"])
-    except (AirflowError, KeyError, TypeError, ValueError):
-        return None
-
-
-def _status(model: str, canary_version: int | None) -> dict[str, Any] | None:
-    import json
-
-    from modelops.canary.adapters import checkpoint_key
-    from modelops.objectstore import ObjectStore
-
-    if canary_version is None:
-        return None
-    store = ObjectStore.from_settings()
-    key = checkpoint_key(model, canary_version)
-    if not store.exists(key):
-        return None
-    status: dict[str, Any] = json.loads(store.get_bytes(key))["status"]
-    return status
