@@ -150,6 +150,21 @@ def test_the_detail_page_has_the_timeline_the_gate_table_four_charts_and_the_mtt
     assert page.actions == ()
 
 
+def test_a_paused_release_says_whether_it_resumes_by_itself_or_waits_for_a_person() -> None:
+    def paused(reason: str) -> CanaryStatus:
+        return _status(Phase.PAUSED, reason=reason, transitions=(Transition(1010.0, Phase.PROGRESSING, Phase.PAUSED,
+                                                                            reason),))
+
+    outage = paused("incident, not the canary's fault: 3 inconclusive analyses in a row (unreachable: http://gw)")
+    page = views.detail(updated(None, REF, outage), outage, LINKS, {})
+    assert page.summary.endswith("it resumes by itself at the first analysis window without an incident")
+    thin = paused("3 inconclusive analyses in a row (thin traffic: canary 2 < 20)")
+    page = views.detail(updated(None, REF, thin), thin, LINKS, {})
+    assert "thin traffic" in page.summary and page.summary.endswith("it waits for a person: Resume goes on, Abort "
+                                                                    "rolls back")
+    assert page.actions == ("resume", "abort")
+
+
 def test_a_chart_is_valid_svg_and_breaks_the_line_at_missing_values() -> None:
     svg = line_chart("error <rate>", [Series("canary", (0.01, None, 0.05), "#000"),
                                       Series("threshold", (0.02, 0.02, 0.02), "#f00", dashed=True)], ["a", "b", "c"])

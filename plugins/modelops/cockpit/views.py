@@ -245,6 +245,18 @@ def available_actions(r: ReleaseRecord) -> tuple[str, ...]:
     return tuple(acts)
 
 
+def _pause_hint(status: CanaryStatus | None) -> str:
+    """What a paused release waits for (see :func:`modelops.canary.machine.resumes_by_itself`)."""
+    from modelops.canary.machine import resumes_by_itself
+    from modelops.canary.status import Phase
+
+    if status is None or status.phase is not Phase.PAUSED:
+        return ""
+    if resumes_by_itself(status):
+        return " — it resumes by itself at the first analysis window without an incident"
+    return " — it waits for a person: Resume goes on, Abort rolls back"
+
+
 def detail(r: ReleaseRecord, status: CanaryStatus | None, links: Links, contract: Mapping[str, str]) -> Detail:
     """The release detail page: timeline, window table, charts, contract result, MTTR, actions."""
     timeline = tuple(TimelineRow(when(t.at), t.source.value, t.target.value, t.reason)
@@ -256,7 +268,7 @@ def detail(r: ReleaseRecord, status: CanaryStatus | None, links: Links, contract
     return Detail(
         record=r, title=f"{r.model} v{r.canary_version} (stable {stable})",
         summary=f"{r.phase} at {r.weight:.0%} canary; {r.analyses} analyses, {r.failed_checks} failed"
-                + (f"; {r.reason}" if r.reason else ""),
+                + (f"; {r.reason}" if r.reason else "") + _pause_hint(status),
         timeline=timeline, windows=tuple(_window_row(i, w) for i, w in enumerate(r.windows)),
         charts=charts(r.windows), mttr=mttr, mttr_how=how,
         contract=contract.get("result", "n/a"), contract_url=contract.get("url", ""),
