@@ -95,9 +95,24 @@ def _train_and_register(cfg: Settings) -> str:
 
 
 def _release(cfg: Settings) -> str:
-    from modelops.airflow_client import client_from_settings
+    from modelops.airflow_client import AirflowError, client_from_settings
+    from modelops.canary.adapters import current_routes
+    from modelops.objectstore import ObjectStore
 
-    run_id = _follow("model_release", {"model": DEMO_MODEL, "version": str(_STATE["version"])})
+    conf: dict[str, object] = {"model": DEMO_MODEL, "version": str(_STATE["version"])}
+    earlier = current_routes(ObjectStore.from_settings(cfg), DEMO_MODEL)
+    if earlier is None:
+        run_id = _follow("model_release", conf)
+    else:  # a second `make demo` on the stack the first one left up: a canary against what it left serving
+        print(f"    an earlier demo left {DEMO_MODEL} Triton v{earlier.stable.version} serving: this release is a "
+              "canary against it, under generated traffic")
+        client = client_from_settings()
+        with _traffic(cfg):
+            run_id = client.trigger("model_release", {**conf, **DEMO_CANARY})
+            state = _wait_release(client, run_id)
+        if state != "success":
+            raise AirflowError(f"the release of {DEMO_MODEL} version {_STATE['version']} ended {state}: "
+                               f"{_note(client, run_id)}")
     published = client_from_settings().xcom("model_release", run_id, "publish")
     _STATE["triton_version"] = published["triton_version"]
     from modelops.registry.mlflow_registry import MlflowRegistry
@@ -132,6 +147,16 @@ def _infer(cfg: Settings) -> str:
     return f"{len(scores)} scores from Triton {DEMO_MODEL} v{version}"
 
 
+DEMO_CANARY: dict[str, object] = {"canary_steps": "25,50,100", "analysis_interval_s": 5, "min_requests": 20,
+                                  "stable_grace_s": 5}
+"""The demo's canary: sized for its generated traffic (40 req/s); the defaults (1 % first, 60 s windows) suit
+busier models."""
+
+
+def _note(client: Any, run_id: str) -> str:
+    return str(client.request("GET", f"/api/v2/dags/model_release/dagRuns/{run_id}").get("note") or "")
+
+
 def _traffic(cfg: Settings) -> BackgroundTraffic:
     """Simulated users against the stack's gateway for the length of a release."""
     from modelops.traffic.runner import BackgroundTraffic
@@ -153,7 +178,8 @@ def _wait_release(client: Any, run_id: str) -> str:
                          on_pause=lambda note: print("    " + note.replace("\n", "\n    "), flush=True))
     if state == PAUSED:
         raise AirflowError(f"the release of {DEMO_MODEL} (run {run_id}) paused and waits for a person (see above); "
-                           "resume or abort it, or start over with `modelops stack down && make demo`")
+                           "resume it (`modelops release resume`) or abort it (`modelops release abort`), "
+                           "then run the demo again")
     return state
 
 
@@ -189,12 +215,11 @@ def _canary_release(cfg: Settings, variant: str, expect: str) -> str:
     run_id = _follow("train_and_register", train_conf)
     version = client.xcom("train_and_register", run_id, "register")["version"]
     print(f"    registered {DEMO_MODEL} version {version} ({variant}); releasing it with a canary under traffic")
-    conf = {"model": DEMO_MODEL, "version": str(version), "canary_steps": "25,50,100", "analysis_interval_s": 5,
-            "min_requests": 20, "stable_grace_s": 5}
+    conf = {"model": DEMO_MODEL, "version": str(version), **DEMO_CANARY}
     with _traffic(cfg):
         release = client.trigger("model_release", conf)
         state = _wait_release(client, release)
-    note = client.request("GET", f"/api/v2/dags/model_release/dagRuns/{release}").get("note") or ""
+    note = _note(client, release)
     print("    timeline: " + note.replace("\n", "\n              "))
     outcome = _recorded_outcome(client, release, state)
     if outcome != expect:
