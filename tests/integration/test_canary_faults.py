@@ -189,11 +189,14 @@ def test_thin_traffic_never_decides_and_pauses_after_the_inconclusive_limit(
         paused_at = status["transitions"][-1]["at"]
         assert returned_at - paused_at <= interval, f"reported {returned_at - paused_at:.1f} s after the pause"
         assert "paused at 25%" in printed and "waits for a person" in printed, printed
-        # The run and the canary task say so too, where people look in the Airflow UI.
-        assert "waits for a person" in _note(airflow, run_id) and "inconclusive" in _note(airflow, run_id)
+        # The run and the canary task say so too, where people look in the Airflow UI (set by the task just
+        # after it saved the paused status, which the CLI may have read first).
+        note = stackops.wait_for(lambda: "waits for a person" in _note(airflow, run_id) and _note(airflow, run_id),
+                                 15, "the run's note names the pause")
+        assert "3 inconclusive analyses in a row" in note, note
         canary_ti = airflow.request("GET", f"/api/v2/dags/model_release/dagRuns/{run_id}/taskInstances/"
                                     "canary_to_approval")
-        assert canary_ti["state"] == "deferred" and "waits for a person" in (canary_ti.get("note") or ""), canary_ti
+        assert canary_ti["state"] == "deferred" and canary_ti.get("note") == note, canary_ti
         # It stays paused at its first weight for more windows: nothing promoted, nothing rolled back.
         time.sleep(3 * interval)
         status = _checkpoint(object_store, model, canary_tv)
