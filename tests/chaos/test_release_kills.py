@@ -33,6 +33,7 @@ from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
 from modelops.stack import launcher
+from tests.support.releases import ended, explain, task_states
 from tests.support.stackops import kill_service, service_pid, wait_for
 
 pytestmark = [pytest.mark.integration, pytest.mark.chaos]
@@ -85,53 +86,22 @@ def _tasks(airflow: AirflowClient, run_id: str) -> dict[str, dict[str, Any]]:
     return {t["task_id"]: t for t in airflow.task_instances("model_release", run_id)}
 
 
-def _states(airflow: AirflowClient, run_id: str) -> dict[str, str | None]:
-    return {task: ti["state"] for task, ti in _tasks(airflow, run_id).items()}
-
-
 def _finish(airflow: AirflowClient, model: str, run_id: str) -> str:
     """How the release run ended: by itself, or failed cleanly and its re-run completed.
 
     The re-run is what an operator does with a failed release: clear its failed tasks (the same run,
     so the same claim on the version; the release resumes from its checkpoint).
     """
-    state = _ended(airflow, model, run_id)
+    state = ended(airflow, model, run_id, RELEASE_S)
     if state == "success":
         return "completed by itself"
-    assert state == "failed", f"release run {run_id} ended {state}: {_explain(airflow, model, run_id)}"
-    failed = {task: s for task, s in _states(airflow, run_id).items() if s in ("failed", "upstream_failed")}
+    assert state == "failed", f"release run {run_id} ended {state}: {explain(airflow, model, run_id)}"
+    failed = {task: s for task, s in task_states(airflow, run_id).items() if s in ("failed", "upstream_failed")}
     airflow.request("POST", "/api/v2/dags/model_release/clearTaskInstances",
                     json={"dry_run": False, "dag_run_id": run_id, "only_failed": True, "reset_dag_runs": True})
     wait_for(lambda: airflow.run_state("model_release", run_id) != "failed", 60, "the cleared run runs again")
-    assert _ended(airflow, model, run_id) == "success", _explain(airflow, model, run_id)
+    assert ended(airflow, model, run_id, RELEASE_S) == "success", explain(airflow, model, run_id)
     return f"failed cleanly ({failed}), its re-run completed"
-
-
-def _ended(airflow: AirflowClient, model: str, run_id: str) -> str:
-    """The run's final state; a release that waits for a person, or a run still going, fails with the evidence."""
-    from modelops.airflow_client import AirflowError
-    from modelops.release.follow import PAUSED, wait_release
-
-    try:
-        state = wait_release(airflow, model, run_id, timeout_s=RELEASE_S)
-    except AirflowError as exc:
-        pytest.fail(f"{exc}: {_explain(airflow, model, run_id)}")
-    if state == PAUSED:
-        pytest.fail(f"release run {run_id} paused and waits for a person: {_explain(airflow, model, run_id)}")
-    return state
-
-
-def _explain(airflow: AirflowClient, model: str, run_id: str) -> str:
-    """The run's task states and its release's status (phase, reason, timeline, last analysis)."""
-    from modelops.canary.report import summary
-    from modelops.release.follow import canary_status, canary_version
-
-    status = canary_status(model, canary_version(airflow, run_id))
-    if status is None:
-        return f"task states {_states(airflow, run_id)}\nno release status"
-    last = "" if status.last_analysis is None else f"\nlast analysis: {status.last_analysis.summary()}"
-    release = summary(status) + last
-    return f"task states {_states(airflow, run_id)}\n{release}"
 
 
 def _routes(store: ObjectStore, model: str) -> Any:
@@ -202,7 +172,7 @@ def test_scheduler_sigkilled_during_publish(airflow: AirflowClient, stack_settin
         """The publish task instance once it runs."""
         ti = _tasks(airflow, run_id).get("publish", {})
         if ti.get("state") not in (None, "scheduled", "queued", "running"):
-            pytest.fail(f"the publish was not caught running: {_states(airflow, run_id)}")  # ends the wait at once
+            pytest.fail(f"the publish was not caught running: {task_states(airflow, run_id)}")  # ends the wait at once
         return ti if ti.get("state") == "running" else {}
 
     ti = wait_for(publishing, RELEASE_S, "the publish task runs", poll_s=0.2)
@@ -214,8 +184,8 @@ def test_scheduler_sigkilled_during_publish(airflow: AirflowClient, stack_settin
             return True
         if time.monotonic() - asked[0] > 1.0:  # still running? (an S3 poll is cheap, an Airflow one is not)
             asked[0] = time.monotonic()
-            if _states(airflow, run_id).get("publish") != "running":
-                pytest.fail(f"the publish ended before it was caught loading: {_states(airflow, run_id)}")
+            if task_states(airflow, run_id).get("publish") != "running":
+                pytest.fail(f"the publish ended before it was caught loading: {task_states(airflow, run_id)}")
         return False
 
     wait_for(loading, 120, "the publish loads its version on Triton", poll_s=0.02)
@@ -269,7 +239,7 @@ def test_triton_sigkilled_during_the_canary(airflow: AirflowClient, stack_settin
 
         def canary_routed() -> Any:
             if airflow.run_state("model_release", run_id) not in ("queued", "running"):
-                pytest.fail(f"the release ended before its canary took traffic: {_states(airflow, run_id)}")
+                pytest.fail(f"the release ended before its canary took traffic: {task_states(airflow, run_id)}")
             routes = _routes(object_store, model)
             return routes.canary if routes.canary is not None and routes.canary_weight > 0 else None
 

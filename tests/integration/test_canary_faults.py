@@ -37,6 +37,7 @@ from tests.integration.test_canary_release import (
 )
 from tests.support import stackops
 from tests.support.receiver import NotificationReceiver
+from tests.support.releases import ended, explain
 
 pytestmark = pytest.mark.integration
 
@@ -112,7 +113,7 @@ def test_a_version_whose_scores_collapse_is_rolled_back(
     version = _register(_variant(collapsed, {"variant": "collapsed"}), mlflow_uri, model)
     with Traffic(stack_settings, model):
         run_id = _release(airflow, model, version)
-        state = airflow.wait("model_release", run_id, timeout_s=230)
+        state = ended(airflow, model, run_id, 230)
     status = _assert_rolled_back(airflow, object_store, model, run_id, state, stable["triton_version"], version,
                                  "score_std")
     std = next(g for g in status["last_analysis"]["gates"] if g["name"] == "score_std")
@@ -149,7 +150,7 @@ def test_a_version_three_times_slower_is_rolled_back(
         slow = {"variant": "slow", "slowdown": 3.0, "base_ms": max(base_ms, 5.0)}
         version = _register(_variant(trained, slow), mlflow_uri, model)
         run_id = _release(airflow, model, version, canary_slo_p99_ms=round(2 * max(base_ms, 5.0), 1))
-        state = airflow.wait("model_release", run_id, timeout_s=230)
+        state = ended(airflow, model, run_id, 230)
     status = _assert_rolled_back(airflow, object_store, model, run_id, state, stable["triton_version"], version,
                                  "p99_ms")
     gate = next(g for g in status["last_analysis"]["gates"] if g["name"] == "p99_ms")
@@ -263,8 +264,8 @@ def test_scheduler_and_triggerer_killed_mid_canary_resume_and_end_correctly(
         states = {s.name: s.state for s in launcher.up(stack_settings, progress=lambda line: None,
                                                        only=("airflow-scheduler", "airflow-triggerer"))}
         assert states["airflow-scheduler"] == states["airflow-triggerer"] == "healthy", states
-        state = airflow.wait("model_release", run_id, timeout_s=300)
-    assert state == "success", _states(airflow, run_id)
+        state = ended(airflow, model, run_id, 300)
+    assert state == "success", explain(airflow, model, run_id)
     status = _checkpoint(object_store, model, canary_tv)
     assert status["phase"] == "promoted" and status["failed_checks"] == 0
     # Neither repeated nor skipped: 50 % analysed after the restart, then promoted; the routes were
@@ -303,13 +304,15 @@ def test_a_killed_gateway_pauses_the_release_and_it_resumes_by_itself_once_the_g
             assert "unreachable" in status["reason"] and status["failed_checks"] == 0, status["reason"]
             assert status["reason"].startswith("incident, not the canary's fault"), status["reason"]
             assert status["weight"] == 0.5 and _routes(object_store, model).canary_weight == 0.5
-            assert "resumes by itself" in _note(airflow, run_id), _note(airflow, run_id)
+            # The task sets the run's note just after it saved the paused status read above.
+            note = stackops.wait_for(lambda: _note(airflow, run_id), 15, "the run's note names the pause")
+            assert "resumes by itself" in note, note
         finally:
             states = {s.name: s.state for s in launcher.up(stack_settings, progress=lambda line: None,
                                                            only=("gateway",))}
         assert states["gateway"] == "healthy", states
-        state = airflow.wait("model_release", run_id, timeout_s=240)
-    assert state == "success", _states(airflow, run_id)
+        state = ended(airflow, model, run_id, 240)
+    assert state == "success", explain(airflow, model, run_id)
     status = _checkpoint(object_store, model, canary_tv)
     assert status["phase"] == "promoted"
     assert [t["to"] for t in status["transitions"]] == ["progressing", "paused", "progressing", "promoting",

@@ -25,6 +25,7 @@ from modelops.canary.approval import APPROVAL_TASK, hitl_path
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
 from modelops.traffic.runner import BackgroundTraffic
+from tests.support.releases import ended
 
 pytestmark = pytest.mark.integration
 
@@ -199,7 +200,7 @@ def test_a_version_that_fails_requests_is_rolled_back_with_its_mttr(
         # the error test sums them over the step's windows and decides "bad" within a few windows
         # (no hand-sized steps or analyses per step).
         run_id = _release(airflow, model, version)
-        state = airflow.wait("model_release", run_id, timeout_s=230)
+        state = ended(airflow, model, run_id, 230)
     states = _states(airflow, run_id)
     assert state == "failed", states
     assert states["canary_to_approval"] == "failed"
