@@ -10,8 +10,7 @@ import numpy as np
 import pytest
 
 from modelops.drift import report, stats
-from modelops.drift.job import Curve, DriftComputation
-from modelops.drift.stats import DriftSummary, Moments
+from modelops.drift.stats import Curve, DriftComputation, DriftSummary, Moments
 
 SIDE_KEYS = {"mean", "std", "missing_rate"}
 FEATURE_KEYS = {"name", "ks", "p_value", "drifted", "sensitivity", "weighted_score", "baseline", "current"}

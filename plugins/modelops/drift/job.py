@@ -18,14 +18,14 @@ from __future__ import annotations
 import functools
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import unquote, urlparse
 
 import numpy as np
 
 from modelops.drift import exact, stats
-from modelops.drift.stats import SCORE_COLUMN, ColumnDrift, DriftSummary, FloatArray, Moments
+from modelops.drift.stats import SCORE_COLUMN, ColumnDrift, Curve, DriftComputation, DriftSummary, Moments
 from modelops.errors import ContractError, ModelopsError
 from modelops.features import Feature, load_features
 from modelops.spark import session_conf
@@ -59,25 +59,6 @@ class JobOptions:
     batch_rows: int = 65_536
     split_bytes: int = 256 * 1024 * 1024
     column_tasks: int | None = None
-
-
-@dataclass(frozen=True)
-class Curve:
-    """Both ECDFs of one column on its grid (for the report's overlays)."""
-
-    x: FloatArray
-    baseline: FloatArray
-    current: FloatArray
-
-
-@dataclass(frozen=True)
-class DriftComputation:
-    """The job's numbers: the summary for drift.json plus ECDF curves for the report."""
-
-    summary: DriftSummary
-    curves: Mapping[str, Curve] = field(default_factory=dict)
-    timings: Mapping[str, float] = field(default_factory=dict)
-    """Seconds per phase (count, sample, statistics, finish)."""
 
 
 @dataclass(frozen=True)

@@ -13,14 +13,11 @@ import os
 import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from modelops.drift.stats import ColumnDrift, DriftSummary, SideSummary, by_weighted_score
-
-if TYPE_CHECKING:
-    from modelops.drift.job import Curve, DriftComputation
+from modelops.drift.stats import ColumnDrift, Curve, DriftComputation, DriftSummary, SideSummary, by_weighted_score
 
 JSON_NAME = "drift.json"
 HTML_NAME = "drift_report.html"

@@ -5,13 +5,14 @@
   each side searched into the other (no sort of the concatenation);
 - :func:`ks_pvalue`: the asymptotic two-sided p-value that
   ``scipy.stats.ks_2samp(method="asymp")`` reports; it is reported, never used for the verdict;
-- :func:`column_drift`, :func:`top_causes`, :class:`DriftSummary`: verdicts and ranking.
+- :func:`column_drift`, :func:`top_causes`, :class:`DriftSummary`: verdicts and ranking;
+- :class:`Curve`, :class:`DriftComputation`: the job's numbers as the report reads them.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
 
 import numpy as np
 import numpy.typing as npt
@@ -190,3 +191,22 @@ class DriftSummary:
     @property
     def top_causes(self) -> tuple[str, ...]:
         return top_causes(self.features)
+
+
+@dataclass(frozen=True)
+class Curve:
+    """Both ECDFs of one column on its grid (for the report's overlays)."""
+
+    x: FloatArray
+    baseline: FloatArray
+    current: FloatArray
+
+
+@dataclass(frozen=True)
+class DriftComputation:
+    """The job's numbers: the summary for drift.json plus ECDF curves for the report."""
+
+    summary: DriftSummary
+    curves: Mapping[str, Curve] = field(default_factory=dict)
+    timings: Mapping[str, float] = field(default_factory=dict)
+    """Seconds per phase (count, sample, statistics, finish)."""
