@@ -162,8 +162,7 @@ def test_traffic_warnings_name_the_thin_steps() -> None:
 
 
 def test_detection_warnings_name_the_steps_where_the_error_test_needs_many_windows() -> None:
-    from modelops.canary.sequential import requests_to_decide
-    from modelops.canary.spec import detection_warnings
+    from modelops.canary.sequential import detection_warnings, requests_to_decide
 
     spec = CanarySpec(steps=(0.05, 0.5, 1.0), interval_s=5, min_requests=5)
     needed = requests_to_decide(spec, spec.error_rate_limit)

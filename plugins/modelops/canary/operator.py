@@ -33,7 +33,8 @@ from modelops.canary.actions import ApproveCommand
 from modelops.canary.control import control_key, parse_control
 from modelops.canary.params import spec_from_params
 from modelops.canary.runner import Release, Runner, VersionRef
-from modelops.canary.spec import CanarySpec, detection_warnings, traffic_warnings
+from modelops.canary.sequential import detection_warnings
+from modelops.canary.spec import CanarySpec, traffic_warnings
 from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
 from modelops.cockpit.recording import record_first_release, record_release, responder

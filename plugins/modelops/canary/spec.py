@@ -164,30 +164,6 @@ def traffic_warnings(spec: CanarySpec, requests_per_s: float) -> list[str]:
     return warnings
 
 
-def detection_warnings(spec: CanarySpec, requests_per_s: float, error_rate: float | None = None) -> list[str]:
-    """Analysed steps where the error test needs many windows to catch a canary failing ``error_rate``.
-
-    The test sums evidence over a step's windows (:mod:`modelops.canary.sequential`), so
-    thin traffic never promotes a bad canary; it only takes longer. A step whose expected
-    number of canary requests to decide (Wald's average sample number for ``error_rate``,
-    default ``error_rate_limit``) spans more than 5 windows is reported, since the time to
-    roll back grows with it. Steps too thin for ``min_requests`` are left to
-    :func:`traffic_warnings`.
-    """
-    from modelops.canary.sequential import requests_to_decide
-
-    bad = spec.error_rate_limit if error_rate is None else error_rate
-    needed = requests_to_decide(spec, bad)
-    warnings = []
-    for weight in spec.steps[:-1]:
-        canary = weight * requests_per_s * spec.interval_s
-        if canary >= spec.min_requests and needed > 5 * canary:
-            warnings.append(f"step {weight:.0%}: about {canary:.0f} canary requests per {spec.interval_s:g} s window; "
-                            f"the error test needs ~{needed:.0f} to decide on a canary failing {bad:.0%} of them "
-                            f"({needed / canary:.0f} windows): raise interval_s or the weights to act sooner")
-    return warnings
-
-
 def spec_problems(spec: CanarySpec) -> list[str]:
     """Every rule the spec breaks, each naming the field, the rule and an example."""
     problems: list[str] = []
