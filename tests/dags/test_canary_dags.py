@@ -128,7 +128,7 @@ def test_the_interval_trigger_round_trips_and_fires_after_its_due_time() -> None
 
 def test_a_canary_trigger_closes_the_window_when_it_fires_and_the_marker_measures_it() -> None:
     """The closing marker is taken in the triggerer at the due time; here no gateway answers (port 9)."""
-    from modelops.canary.operator import metrics_source
+    from modelops.canary.metrics_source import metrics_source
     from modelops.canary.trigger import CanaryIntervalTrigger
     from modelops.config import settings
 
@@ -170,11 +170,11 @@ class _FailingCanarySource:
 def test_the_trigger_looks_inside_the_window_and_fires_early_on_a_bad_canary(
     monkeypatch: pytest.MonkeyPatch, check_s: float,
 ) -> None:
-    import modelops.canary.operator as operator
+    import modelops.canary.metrics_source as metrics_source
     from modelops.canary.spec import CanarySpec
     from modelops.canary.trigger import CanaryIntervalTrigger
 
-    monkeypatch.setattr(operator, "metrics_source", lambda cfg, urls: _FailingCanarySource())
+    monkeypatch.setattr(metrics_source, "metrics_source", lambda cfg, urls: _FailingCanarySource())
     spec = CanarySpec(steps=(0.25, 0.5, 1.0), interval_s=10.0, check_s=check_s and 0.5, min_requests=2)
     opened = {"at": time.time()}
     due = opened["at"] + spec.interval_s

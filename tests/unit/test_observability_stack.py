@@ -154,7 +154,7 @@ def test_stack_runs_the_services_only_when_asked_and_pushes_where_they_run(tmp_p
 def test_canary_reads_promql_by_default_wherever_prometheus_runs(tmp_path: Path) -> None:
     import psutil
 
-    from modelops.canary.operator import metrics_source
+    from modelops.canary.metrics_source import metrics_source
     from modelops.canary.sources import PrometheusSource, ScrapeSource
     from modelops.config import load_settings
 

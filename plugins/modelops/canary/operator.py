@@ -31,6 +31,7 @@ from airflow.sdk.exceptions import AirflowFailException
 
 from modelops.canary.actions import ApproveCommand
 from modelops.canary.control import control_key, parse_control
+from modelops.canary.metrics_source import metrics_source
 from modelops.canary.params import spec_from_params
 from modelops.canary.runner import Release, Runner, VersionRef
 from modelops.canary.sequential import detection_warnings
@@ -109,23 +110,6 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
                     store=PhasePushingStore(ObjectStoreStatusStore(store, checkpoint_key(
                         model, release.canary.triton_version)), pause_alert_s=spec.pause_alert_s))  # and pushed
     return Wiring(runner, store, model, release.canary.triton_version, source, urls)
-
-
-def metrics_source(cfg: Any, gateway_urls: Sequence[str]) -> Any:
-    """The configured metrics source: the Prometheus HTTP API, or scraping the gateways and Triton.
-
-    ``auto`` (the default) reads PromQL wherever Prometheus runs: MODELOPS_PROMETHEUS_URL, or
-    the embedded stack's own Prometheus while its process is alive; else it scrapes.
-    """
-    from modelops.canary.sources import PrometheusSource, ScrapeSource
-    from modelops.observability.stack import running_prometheus_url
-
-    url = cfg.prometheus_url
-    if cfg.canary_metrics == "auto" and not url:
-        url = running_prometheus_url(cfg)
-    if cfg.canary_metrics == "prometheus" or (cfg.canary_metrics == "auto" and url):
-        return PrometheusSource(url, up_selector=cfg.prometheus_up_selector)
-    return ScrapeSource([f"{u.rstrip('/')}/metrics" for u in gateway_urls], cfg.triton_metrics_url_list)
 
 
 def summary_dict(status: CanaryStatus) -> dict[str, Any]:

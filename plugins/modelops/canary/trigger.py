@@ -91,7 +91,7 @@ class CanaryIntervalTrigger(BaseTrigger):
         """The marker closing the window now if the traffic so far already fails the error test, else None."""
         from modelops.canary.early import check_partial
         from modelops.canary.gates import Baseline
-        from modelops.canary.operator import metrics_source
+        from modelops.canary.metrics_source import metrics_source
         from modelops.canary.sequential import ErrorEvidence
         from modelops.config import settings
 
@@ -119,7 +119,7 @@ class CanaryIntervalTrigger(BaseTrigger):
 
     def close_window(self) -> dict[str, Any] | None:
         """The marker that closes the window now (None if it cannot be taken: the worker measures then)."""
-        from modelops.canary.operator import metrics_source
+        from modelops.canary.metrics_source import metrics_source
         from modelops.config import settings
 
         try:
