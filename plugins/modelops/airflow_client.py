@@ -136,7 +136,7 @@ class AirflowClient:
 
 def client_from_settings() -> AirflowClient:
     from modelops.config import settings
-    from modelops.stack.services import airflow_password
+    from modelops.credentials import airflow_password
 
     cfg = settings()
     return AirflowClient(cfg.airflow_api_url, cfg.airflow_user, airflow_password(cfg))

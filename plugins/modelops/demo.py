@@ -29,7 +29,7 @@ def _stack_up(cfg: Settings) -> str:
 
 
 def _urls(cfg: Settings) -> str:
-    from modelops.stack.services import airflow_password
+    from modelops.credentials import airflow_password
 
     print(f"    Airflow UI  {cfg.airflow_api_url}  (user {cfg.airflow_user}, password {airflow_password(cfg)})")
     print(f"    Releases    {cfg.airflow_api_url}/modelops/releases  (the release cockpit; Airflow nav: Browse)")

@@ -30,7 +30,7 @@ class ObjectStore:
 
     @classmethod
     def from_settings(cls, cfg: Settings | None = None, *, bucket: str | None = None) -> ObjectStore:
-        from modelops.stack.seaweedfs import s3_credentials
+        from modelops.credentials import s3_credentials
 
         cfg = cfg or settings()
         access, secret = s3_credentials(cfg)

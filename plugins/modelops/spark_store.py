@@ -57,7 +57,7 @@ def split_uri(uri: str) -> tuple[str, str]:
 def filesystem() -> S3FileSystem:
     """The object store as a pyarrow filesystem, from this process's settings (one per process)."""
     from modelops.config import settings
-    from modelops.stack.seaweedfs import s3_credentials
+    from modelops.credentials import s3_credentials
 
     cfg = settings()
     access, secret = s3_credentials(cfg)

@@ -97,7 +97,7 @@ def _token(cfg: Settings, user: str, password: str) -> str:
 
 @pytest.fixture(scope="module")
 def admin(stack_settings: Settings) -> dict[str, str]:
-    from modelops.stack.services import airflow_password
+    from modelops.credentials import airflow_password
 
     token = _token(stack_settings, stack_settings.airflow_user, airflow_password(stack_settings))
     return {"Authorization": f"Bearer {token}"}
@@ -105,7 +105,7 @@ def admin(stack_settings: Settings) -> dict[str, str]:
 
 @pytest.fixture(scope="module")
 def viewer(stack_settings: Settings) -> dict[str, str]:
-    from modelops.stack.services import VIEWER_USER, airflow_viewer_password
+    from modelops.credentials import VIEWER_USER, airflow_viewer_password
 
     token = _token(stack_settings, VIEWER_USER, airflow_viewer_password(stack_settings))
     return {"Authorization": f"Bearer {token}"}
@@ -173,7 +173,7 @@ def test_a_viewer_reads_the_cockpit_but_may_not_act(stack_settings: Settings, re
 def test_the_browser_shows_the_pages_and_pauses_resumes_and_approves(
     stack_settings: Settings, released: dict[str, Any], airflow: AirflowClient, admin: dict[str, str],
 ) -> None:
-    from modelops.stack.services import airflow_password
+    from modelops.credentials import airflow_password
 
     base = stack_settings.airflow_api_url
     model, running, user = released["model"], released["running"], stack_settings.airflow_user

@@ -6,9 +6,10 @@ import json
 import stat
 from pathlib import Path
 
+from modelops import credentials
 from modelops.config import load_settings
 from modelops.secretfiles import generated_secret, write_private
-from modelops.stack import airflow_stack, services
+from modelops.stack import airflow_stack
 
 
 def test_the_airflow_password_file_is_written_0600_even_over_a_readable_one(tmp_path: Path) -> None:
@@ -24,7 +25,7 @@ def test_the_airflow_password_file_is_written_0600_even_over_a_readable_one(tmp_
     passwords.chmod(0o644)
     airflow_stack.airflow_migrate(cfg)
     assert stat.S_IMODE(passwords.stat().st_mode) == 0o600
-    assert json.loads(passwords.read_text())[cfg.airflow_user] == services.airflow_password(cfg)
+    assert json.loads(passwords.read_text())[cfg.airflow_user] == credentials.airflow_password(cfg)
     secret = tmp_path / "secrets" / "airflow-admin-password"
     assert stat.S_IMODE(secret.stat().st_mode) == 0o600
 

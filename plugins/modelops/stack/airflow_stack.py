@@ -13,18 +13,10 @@ import threading
 from pathlib import Path
 
 from modelops.config import PROJECT_ROOT, Settings
+from modelops.credentials import VIEWER_USER, airflow_password, airflow_viewer_password, secret_file
 from modelops.errors import StackError
 from modelops.secretfiles import generated_secret, write_private
-from modelops.stack.services import (
-    VENV_BIN,
-    VIEWER_USER,
-    Service,
-    _secret_file,
-    airflow_password,
-    airflow_viewer_password,
-    base_env,
-    with_plugins,
-)
+from modelops.stack.services import VENV_BIN, Service, base_env, with_plugins
 
 
 def airflow_env(cfg: Settings) -> dict[str, str]:
@@ -46,7 +38,7 @@ def airflow_env(cfg: Settings) -> dict[str, str]:
         "AIRFLOW__API__HOST": cfg.bind_host,
         "AIRFLOW__API__PORT": str(cfg.airflow_port),
         "AIRFLOW__API__BASE_URL": api,
-        "AIRFLOW__API_AUTH__JWT_SECRET": _secret_file(cfg.home, "airflow-jwt-secret"),
+        "AIRFLOW__API_AUTH__JWT_SECRET": secret_file(cfg.home, "airflow-jwt-secret"),
         "AIRFLOW__CORE__FERNET_KEY": _fernet_key(cfg.home),
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_USERS": f"{cfg.airflow_user}:admin,{VIEWER_USER}:viewer",
         "AIRFLOW__CORE__SIMPLE_AUTH_MANAGER_PASSWORDS_FILE": str(home / "simple_auth_manager_passwords.json"),

@@ -7,8 +7,9 @@ import sys
 import time
 
 from modelops.config import settings
+from modelops.credentials import airflow_password
 from modelops.stack import launcher
-from modelops.stack.services import airflow_password, all_services
+from modelops.stack.services import all_services
 
 
 def _up(args: argparse.Namespace) -> int:

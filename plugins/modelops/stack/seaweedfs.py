@@ -8,7 +8,7 @@ for unit tests.
 
 Every port is explicit (each gRPC port would otherwise be its HTTP port + 10000, in the
 ephemeral range), everything binds the stack's loopback address, and the S3 credentials are
-generated once into ``HOME/secrets`` unless configured. Health means a real S3 round trip
+generated once into ``HOME/secrets`` unless configured (:mod:`modelops.credentials`). Health means a real S3 round trip
 (put + get of a small object): after a restart the master elects itself leader first, and
 until then the port answers but writes fail.
 """
@@ -17,38 +17,16 @@ from __future__ import annotations
 
 import json
 import secrets
-from collections.abc import Callable
 from pathlib import Path
 
 from modelops.config import Settings
-from modelops.secretfiles import generated_secret, write_private
+from modelops.credentials import s3_credentials
+from modelops.secretfiles import write_private
 
 #: The object the health check writes and reads back (in the platform's bucket).
 HEALTH_KEY = "_stack/objectstore-health"
 # A unix socket path must fit in sun_path (108 bytes); longer HOMEs use weed's /tmp default.
 _MAX_SOCKET_PATH = 100
-
-
-def _generated(home: Path, name: str, make: Callable[[], str]) -> str:
-    """A credential kept in HOME/secrets/NAME (0600), created on first use."""
-    return generated_secret(home / "secrets" / name, make)
-
-
-def s3_credentials(cfg: Settings) -> tuple[str | None, str | None]:
-    """(access key, secret key) for the object store.
-
-    Configured keys win. Otherwise the embedded store's keys from HOME/secrets (created on first
-    use; also used when MODELOPS_S3_ENDPOINT_URL points elsewhere but the keys exist, e.g. a proxy
-    in front of the embedded store), or ``(None, None)`` for an external endpoint without them, so
-    boto3 uses its default credential chain.
-    """
-    if cfg.s3_access_key or cfg.s3_secret_key:
-        return cfg.s3_access_key, cfg.s3_secret_key
-    if cfg.s3_endpoint_url and not (cfg.home / "secrets" / "s3-access-key").exists():
-        return None, None
-    access = _generated(cfg.home, "s3-access-key", lambda: "modelops" + secrets.token_hex(8))
-    secret = _generated(cfg.home, "s3-secret-key", lambda: secrets.token_urlsafe(30))
-    return access, secret
 
 
 def data_dir(cfg: Settings) -> Path:

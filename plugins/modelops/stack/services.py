@@ -17,10 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from modelops.config import PROJECT_ROOT, SETTINGS, Settings
+from modelops.credentials import airflow_password, feedback_secret, s3_credentials
 from modelops.errors import StackError
-from modelops.secretfiles import generated_secret
 from modelops.stack import seaweedfs
-from modelops.stack.seaweedfs import s3_credentials
 
 VENV_BIN = Path(sys.executable).parent
 
@@ -50,28 +49,6 @@ class Service:
 
     def pid_file(self, home: Path) -> Path:
         return home / "run" / f"{self.name}.pid"
-
-
-def _secret_file(home: Path, name: str) -> str:
-    """A random secret kept under HOME, created once (0600)."""
-    return generated_secret(home / "secrets" / name)
-
-
-def airflow_password(cfg: Settings) -> str:
-    return cfg.airflow_password or _secret_file(cfg.home, "airflow-admin-password")
-
-
-#: A read-only Airflow user of the embedded stack (simple auth manager role "viewer"): it can read the
-#: release cockpit but not act on a release. Its password is in HOME/secrets/airflow-viewer-password.
-VIEWER_USER = "viewer"
-
-
-def airflow_viewer_password(cfg: Settings) -> str:
-    return _secret_file(cfg.home, "airflow-viewer-password")
-
-
-def feedback_secret(cfg: Settings) -> str:
-    return cfg.feedback_secret or _secret_file(cfg.home, "feedback-secret")
 
 
 def modelops_env(cfg: Settings) -> dict[str, str]:
