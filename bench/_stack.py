@@ -88,7 +88,7 @@ class SparkCluster:
         """Start the master and the workers; return when the master lists every worker ALIVE."""
         import pyspark
 
-        from modelops.stack import process
+        from modelops import process
 
         spark_class = str(Path(pyspark.__file__).parent / "bin" / "spark-class")
         env, logs, (*worker_pids, master_pid) = self.env(), self.home / "logs", self._pid_files()
@@ -115,7 +115,7 @@ class SparkCluster:
 
     def pids(self) -> list[int]:
         """The running daemons (workers, master); an executor is a child of its worker."""
-        from modelops.stack import process
+        from modelops import process
 
         return [pid for f in self._pid_files() if (pid := process.live_pid(f)) is not None]
 
@@ -126,7 +126,7 @@ class SparkCluster:
 
     def stop(self) -> None:
         """Stop the workers (and their executors), then the master, by their PID files."""
-        from modelops.stack import process
+        from modelops import process
 
         for pid_file in self._pid_files():
             process.stop(pid_file)

@@ -45,7 +45,7 @@ from typing import Any
 
 import numpy as np
 
-from modelops.stack.process import free_port
+from modelops.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))

@@ -44,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._stack import load_average, private_stack  # after the path: runnable without the install
 
-from modelops.stack.process import free_port
+from modelops.process import free_port
 
 GOAL_TRITON_S = 10.0
 GOAL_FULL_S = 90.0
@@ -152,8 +152,8 @@ def _store_round(store: Any, n: int, size: int, prefix: str) -> tuple[float, flo
 
 
 def bench_store(cfg: Any, home: Path, objects: int, kib: int, rounds: int) -> None:
+    from modelops import process
     from modelops.objectstore import ObjectStore
-    from modelops.stack import process
 
     seaweed = ObjectStore.from_settings(cfg)
     port = free_port()

@@ -41,7 +41,7 @@ from pathlib import Path
 
 import numpy as np
 
-from modelops.stack.process import free_port
+from modelops.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))

@@ -57,7 +57,7 @@ class Sample:
 def _process(home: Path, name: str) -> Any:
     import psutil
 
-    from modelops.stack.process import live_pid
+    from modelops.process import live_pid
 
     pid = live_pid(home / "run" / f"{name}.pid")
     if pid is None:

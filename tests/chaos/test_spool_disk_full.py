@@ -23,7 +23,7 @@ import requests
 
 from modelops.config import Settings, stack_port_env
 from modelops.objectstore import ObjectStore
-from modelops.stack.process import free_port
+from modelops.process import free_port
 from tests.support.eventlogs import logged_values
 from tests.support.stackops import wait_for
 

@@ -39,9 +39,9 @@ from modelops.gateway.routes import Routes, VersionRef, choose_version, routes_k
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.objectstore import ObjectStore
+from modelops.process import free_port
 from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS
 from modelops.serving.triton import TritonClient
-from modelops.stack.process import free_port
 from tests.support.eventlogs import logged_values
 
 pytestmark = pytest.mark.integration

@@ -33,6 +33,7 @@ from typing import Any
 import pytest
 import requests
 
+from modelops import process
 from modelops.canary.machine import start as start_release
 from modelops.canary.runner import Checkpoint, MemoryStatusStore
 from modelops.canary.spec import CanarySpec
@@ -43,7 +44,6 @@ from modelops.objectstore import ObjectStore
 from modelops.observability.dashboards import DASHBOARDS, fill, queries
 from modelops.observability.release_phase import PhasePushingStore
 from modelops.observability.stack import Ports, binary, services
-from modelops.stack import process
 from tests.integration.test_gateway import FLAT, MODEL, GatewayProcess, gateway, good_body, predict, routes_doc, served
 from tests.support.batch_runs import STORY_TIMEOUT, BatchRuns
 from tests.support.receiver import NotificationReceiver

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from modelops import process
 from modelops.config import load_settings, stack_port_env
-from modelops.stack import launcher, process
+from modelops.stack import launcher
 
 pytestmark = pytest.mark.integration
 

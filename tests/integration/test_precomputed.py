@@ -31,10 +31,10 @@ from modelops.gateway.routes import routes_key, serialize_routes
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.jobs.precompute_tasks import Champion, precompute, publish_snapshot
 from modelops.objectstore import ObjectStore
+from modelops.process import free_port
 from modelops.records import LOG_PREFIXES
 from modelops.serving.precompute import PRECOMPUTED_PREFIX, manifest_key, population, scores_key, snapshot_name
 from modelops.serving.triton import TritonClient
-from modelops.stack.process import free_port
 from tests.integration.test_gateway import GatewayProcess, _log_rows, direct_scores, gateway_env, routes_doc
 from tests.support.stackops import wait_for
 

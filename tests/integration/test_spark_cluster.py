@@ -21,10 +21,11 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 import pytest
 
+from modelops import process
 from modelops.config import Settings
 from modelops.features import DEFAULT_FEATURES_FILE, load_features
 from modelops.objectstore import ObjectStore
-from modelops.stack import launcher, process
+from modelops.stack import launcher
 from modelops.stack import spark_cluster as cluster
 from modelops.stack.services import VENV_BIN, base_env, with_plugins
 from tests.spark.test_drift_job import DRIFTED, ROWS, _side, _write

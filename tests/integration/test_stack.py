@@ -11,10 +11,11 @@ import numpy as np
 import pytest
 import requests
 
+from modelops import process
 from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
-from modelops.stack import launcher, process
+from modelops.stack import launcher
 from modelops.stack.services import all_services
 
 pytestmark = pytest.mark.integration

@@ -19,7 +19,7 @@ from typing import Any
 
 import requests
 
-from modelops.stack.process import free_port
+from modelops.process import free_port
 
 
 class Browser:

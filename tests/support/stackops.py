@@ -13,8 +13,8 @@ from typing import Any, TypeVar
 import psutil
 import requests
 
+from modelops import process
 from modelops.config import Settings
-from modelops.stack import process
 from modelops.stack.services import all_services
 
 T = TypeVar("T")

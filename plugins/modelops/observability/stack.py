@@ -258,7 +258,7 @@ def pushgateway_endpoint(cfg: Settings) -> str:
 
 def running_prometheus_url(cfg: Settings) -> str:
     """The embedded Prometheus's URL while the stack's process runs, else ''."""
-    from modelops.stack import process
+    from modelops import process
 
     pid_file = cfg.home / "run" / "prometheus.pid"
     return f"http://{cfg.bind_host}:{cfg.prometheus_port}" if process.live_pid(pid_file) is not None else ""

@@ -103,7 +103,7 @@ def _airflow_migrate(cfg: Settings) -> None:
             stderr=subprocess.STDOUT, check=False,
         )
     if result.returncode != 0:
-        from modelops.stack.process import tail
+        from modelops.process import tail
 
         raise StackError(f"airflow: `airflow db migrate` failed (log {log}):\n{tail(log, 15)}")
     marker.write_text(airflow.__version__)

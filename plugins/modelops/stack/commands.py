@@ -39,7 +39,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _logs(args: argparse.Namespace) -> int:
-    from modelops.stack.process import tail
+    from modelops.process import tail
 
     cfg = settings()
     services = [s for s in all_services(cfg) if not args.service or s.name in args.service]

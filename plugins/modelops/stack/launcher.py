@@ -16,9 +16,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelops import process
 from modelops.config import Settings
 from modelops.errors import StackError
-from modelops.stack import process
 from modelops.stack.services import Service, all_services
 
 Progress = Callable[[str], None]
