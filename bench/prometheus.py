@@ -224,7 +224,7 @@ def _query_part(args: argparse.Namespace, workdir: Path) -> dict[int, float]:
     import subprocess
 
     from modelops.canary.sources import PrometheusSource, ScrapeSource
-    from modelops.observability.stack import binary, prometheus_config
+    from modelops.observability.prometheus import binary, prometheus_config
 
     ratios = {}
     print("\nPart B: one canary analysis (ms; median of the rounds)")

@@ -36,7 +36,7 @@ def _urls(cfg: Settings) -> str:
     print(f"    MLflow UI   {cfg.mlflow_uri}")
     print(f"    Triton      {cfg.triton_http_url}")
     print(f"    S3 store    {cfg.s3_endpoint}  (buckets {cfg.bucket}, {cfg.mlflow_bucket})")
-    from modelops.observability.stack import active
+    from modelops.observability.prometheus import active
 
     if active(cfg):
         print(f"    Prometheus  http://{cfg.bind_host}:{cfg.prometheus_port}  (rules and alerts: /rules, /alerts; "

@@ -25,7 +25,7 @@ from tests.support.receiver import NotificationReceiver
 @pytest.fixture(scope="session")
 def session_pushgateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str | None]:
     """The Pushgateway the session stack pushes to; None (pushes logged and dropped) without the binaries."""
-    from modelops.observability.stack import binary
+    from modelops.observability.prometheus import binary
 
     url = os.environ["MODELOPS_PUSHGATEWAY_URL"]
     try:

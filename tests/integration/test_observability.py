@@ -1,6 +1,6 @@
 """Prometheus, Pushgateway, Alertmanager and the alert relay against the real stack.
 
-The observability services of :mod:`modelops.observability.stack` (Debian's binaries,
+The observability services of :mod:`modelops.stack.observability` (Debian's binaries,
 unpacked by ``make prometheus``) start on loopback beside the session stack, scraping a
 test gateway (``tests/integration/test_gateway.py``'s: its test models, one of which
 answers a constant score, collapse hold 2 s), the stack's Triton and the session's
@@ -42,8 +42,9 @@ from modelops.errors import StackError
 from modelops.gateway.routes import routes_key, serialize_routes
 from modelops.objectstore import ObjectStore
 from modelops.observability.dashboards import DASHBOARDS, fill, queries
+from modelops.observability.prometheus import Ports, binary
 from modelops.observability.release_phase import PhasePushingStore
-from modelops.observability.stack import Ports, binary, services
+from modelops.stack.observability import services
 from tests.integration.test_gateway import FLAT, MODEL, GatewayProcess, gateway, good_body, predict, routes_doc, served
 from tests.support.batch_runs import STORY_TIMEOUT, BatchRuns
 from tests.support.receiver import NotificationReceiver

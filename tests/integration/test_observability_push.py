@@ -22,8 +22,8 @@ from modelops.canary.spec import CanarySpec
 from modelops.config import settings
 from modelops.errors import StackError
 from modelops.jobs import drift_tasks, feedback_tasks
+from modelops.observability.prometheus import binary
 from modelops.observability.release_phase import PhasePushingStore
-from modelops.observability.stack import binary
 from tests.support.batch_runs import start_pushgateway
 
 pytestmark = pytest.mark.integration

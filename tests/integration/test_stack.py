@@ -16,7 +16,7 @@ from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
 from modelops.objectstore import ObjectStore
 from modelops.stack import launcher
-from modelops.stack.services import all_services
+from modelops.stack.launcher import all_services
 
 pytestmark = pytest.mark.integration
 

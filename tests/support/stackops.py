@@ -15,7 +15,7 @@ import requests
 
 from modelops import process
 from modelops.config import Settings
-from modelops.stack.services import all_services
+from modelops.stack.launcher import all_services
 
 T = TypeVar("T")
 

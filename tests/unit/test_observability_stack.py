@@ -16,7 +16,7 @@ import requests
 from modelops.errors import StackError
 from modelops.notify.message import Message
 from modelops.observability.alert_relay import PayloadError, handler_class, messages
-from modelops.observability.stack import alertmanager_config, binary, prometheus_config
+from modelops.observability.prometheus import alertmanager_config, binary, prometheus_config
 
 FIRING = {
     "version": "4", "status": "firing", "receiver": "modelops-notify",
@@ -129,7 +129,8 @@ def test_rendered_alertmanager_config_passes_amtool(tmp_path: Path) -> None:
 
 def test_stack_runs_the_services_only_when_asked_and_pushes_where_they_run(tmp_path: Path) -> None:
     from modelops.config import load_settings
-    from modelops.observability.stack import pushgateway_endpoint, stack_services
+    from modelops.observability.prometheus import pushgateway_endpoint
+    from modelops.stack.observability import stack_services
 
     off = load_settings({"MODELOPS_HOME": str(tmp_path), "MODELOPS_OBSERVABILITY": "off"})
     assert stack_services(off) == [] and pushgateway_endpoint(off) == ""
@@ -143,7 +144,7 @@ def test_stack_runs_the_services_only_when_asked_and_pushes_where_they_run(tmp_p
     assert [n for n, _ in names] == ["statsd-bridge", "alert-relay", "alertmanager", "pushgateway", "prometheus"]
     assert ("pushgateway", (24601,)) in names
     assert pushgateway_endpoint(on) == "http://127.0.0.1:24601"
-    from modelops.observability.stack import airflow_statsd_env
+    from modelops.observability.prometheus import airflow_statsd_env
 
     assert airflow_statsd_env(on)["AIRFLOW__METRICS__STATSD_PORT"] == str(on.statsd_port)
     assert airflow_statsd_env(off) == {}
@@ -180,7 +181,7 @@ def test_the_pushgateway_never_supplies_the_series_the_canary_decides_on() -> No
 
     import yaml
 
-    from modelops.observability.stack import PUSHED_LIVE_SERIES_DROP, prometheus_config
+    from modelops.observability.prometheus import PUSHED_LIVE_SERIES_DROP, prometheus_config
 
     embedded = prometheus_config(gateway_metrics_urls=["http://127.0.0.1:1/metrics"],
                                  triton_metrics_urls=["http://127.0.0.1:2/metrics"],

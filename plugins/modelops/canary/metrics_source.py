@@ -17,7 +17,7 @@ def metrics_source(cfg: Any, gateway_urls: Sequence[str]) -> Any:
     the embedded stack's own Prometheus while its process is alive; else it scrapes.
     """
     from modelops.canary.sources import PrometheusSource, ScrapeSource
-    from modelops.observability.stack import running_prometheus_url
+    from modelops.observability.prometheus import running_prometheus_url
 
     url = cfg.prometheus_url
     if cfg.canary_metrics == "auto" and not url:

@@ -193,7 +193,7 @@ def push_if_configured(groups: Sequence[PushGroup], what: str) -> int:
     and a Pushgateway outage must not fail the DAG run that produced them.
     """
     from modelops.config import settings
-    from modelops.observability.stack import pushgateway_endpoint
+    from modelops.observability.prometheus import pushgateway_endpoint
 
     url = pushgateway_endpoint(settings())
     if not url:

@@ -1,6 +1,7 @@
 """Airflow 3 in the embedded stack: its environment, the metadata DB's migration, its four components.
 
-Split from :mod:`modelops.stack.services` (the other services), which lists these with the rest.
+Split from :mod:`modelops.stack.services` (the other services);
+:func:`modelops.stack.launcher.all_services` lists these with the rest.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ def airflow_env(cfg: Settings) -> dict[str, str]:
         # The Spark connection of the batch DAGs: spark-submit to MODELOPS_SPARK_MASTER.
         "AIRFLOW_CONN_MODELOPS_SPARK": json.dumps({"conn_type": "spark", "host": cfg.spark_master}),
     })
-    from modelops.observability.stack import airflow_statsd_env  # StatsD to the bridge when it runs
+    from modelops.observability.prometheus import airflow_statsd_env  # StatsD to the bridge when it runs
 
     env.update(airflow_statsd_env(cfg))
     return env

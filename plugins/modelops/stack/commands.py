@@ -9,7 +9,6 @@ import time
 from modelops.config import settings
 from modelops.credentials import airflow_password
 from modelops.stack import launcher
-from modelops.stack.services import all_services
 
 
 def _up(args: argparse.Namespace) -> int:
@@ -42,9 +41,9 @@ def _logs(args: argparse.Namespace) -> int:
     from modelops.process import tail
 
     cfg = settings()
-    services = [s for s in all_services(cfg) if not args.service or s.name in args.service]
+    services = [s for s in launcher.all_services(cfg) if not args.service or s.name in args.service]
     if not services:
-        names = ", ".join(s.name for s in all_services(cfg))
+        names = ", ".join(s.name for s in launcher.all_services(cfg))
         print(f"unknown service {args.service}; choose from: {names}", file=sys.stderr)
         return 2
     for service in services:

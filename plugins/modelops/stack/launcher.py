@@ -19,9 +19,25 @@ from pathlib import Path
 from modelops import process
 from modelops.config import Settings
 from modelops.errors import StackError
-from modelops.stack.services import Service, all_services
+from modelops.stack.airflow_stack import airflow_services
+from modelops.stack.observability import stack_services
+from modelops.stack.services import Service, gateway, mlflow, object_store, postgres, reconciler, scaler, triton
+from modelops.stack.spark_cluster import spark_services
 
 Progress = Callable[[str], None]
+
+
+def all_services(cfg: Settings) -> list[Service]:
+    """The services in start order."""
+    services = [object_store(cfg)]
+    if cfg.mlflow_backend == "postgresql":
+        services.append(postgres(cfg))
+    # Spark: none unless MODELOPS_SPARK_CLUSTER_WORKERS > 0
+    services += [mlflow(cfg), triton(cfg), reconciler(cfg), gateway(cfg), *spark_services(cfg),
+                 *airflow_services(cfg)]
+    if cfg.scaling == "on":
+        services.append(scaler(cfg))
+    return services + stack_services(cfg)  # Prometheus & co. (MODELOPS_OBSERVABILITY)
 
 
 @dataclass(frozen=True)

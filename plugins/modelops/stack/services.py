@@ -1,7 +1,7 @@
 """The services of the embedded stack: how each starts, where it listens, how it is checked.
 
-Everything here is data plus small preparation steps; :mod:`modelops.stack.launcher`
-starts, checks and stops them.
+Everything here is data plus small preparation steps; :mod:`modelops.stack.launcher` lists them
+in start order (:func:`~modelops.stack.launcher.all_services`), starts, checks and stops them.
 """
 
 from __future__ import annotations
@@ -307,20 +307,3 @@ def scaler(cfg: Settings) -> Service:
         prepare=lambda: status_file_of(cfg).unlink(missing_ok=True),
         health_check=fresh,
     )
-
-
-def all_services(cfg: Settings) -> list[Service]:
-    """The services in start order."""
-    services = [object_store(cfg)]
-    if cfg.mlflow_backend == "postgresql":
-        services.append(postgres(cfg))
-    from modelops.stack.airflow_stack import airflow_services  # these two import this module's Service
-    from modelops.stack.spark_cluster import spark_services  # none unless MODELOPS_SPARK_CLUSTER_WORKERS > 0
-
-    services += [mlflow(cfg), triton(cfg), reconciler(cfg), gateway(cfg), *spark_services(cfg),
-                 *airflow_services(cfg)]
-    if cfg.scaling == "on":
-        services.append(scaler(cfg))
-    from modelops.observability.stack import stack_services  # Prometheus & co. (MODELOPS_OBSERVABILITY)
-
-    return services + stack_services(cfg)
