@@ -35,6 +35,7 @@ import requests
 
 from modelops import process
 from modelops.canary.machine import start as start_release
+from modelops.canary.release_phase import PhasePushingStore
 from modelops.canary.runner import Checkpoint, MemoryStatusStore
 from modelops.canary.spec import CanarySpec
 from modelops.config import Settings, settings
@@ -43,7 +44,6 @@ from modelops.gateway.routes import routes_key, serialize_routes
 from modelops.objectstore import ObjectStore
 from modelops.observability.dashboards import DASHBOARDS, fill, queries
 from modelops.observability.prometheus import Ports, binary
-from modelops.observability.release_phase import PhasePushingStore
 from modelops.stack.observability import services
 from tests.integration.test_gateway import FLAT, MODEL, GatewayProcess, gateway, good_body, predict, routes_doc, served
 from tests.support.batch_runs import STORY_TIMEOUT, BatchRuns

@@ -17,13 +17,13 @@ import pytest
 import requests
 
 from modelops.canary.machine import start as start_release
+from modelops.canary.release_phase import PhasePushingStore
 from modelops.canary.runner import Checkpoint, MemoryStatusStore
 from modelops.canary.spec import CanarySpec
 from modelops.config import settings
 from modelops.errors import StackError
 from modelops.jobs import drift_tasks, feedback_tasks
 from modelops.observability.prometheus import binary
-from modelops.observability.release_phase import PhasePushingStore
 from tests.support.batch_runs import start_pushgateway
 
 pytestmark = pytest.mark.integration

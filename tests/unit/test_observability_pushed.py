@@ -107,11 +107,11 @@ def test_the_phase_store_pushes_a_pause_and_when_it_comes_to_wait_for_a_person(
         monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
+    from modelops.canary import release_phase
     from modelops.canary.machine import advance, start
     from modelops.canary.measurement import Measurement, VersionWindow
     from modelops.canary.runner import Checkpoint
     from modelops.canary.spec import CanarySpec
-    from modelops.observability import release_phase
 
     pushed: list[dict[str, float]] = []
     monkeypatch.setattr(release_phase, "push_if_configured",

@@ -83,10 +83,10 @@ def wire(candidate: Mapping[str, Any], published: Mapping[str, Any], spec: Canar
         checkpoint_key,
         current_routes,
     )
+    from modelops.canary.release_phase import PhasePushingStore
     from modelops.config import settings
     from modelops.notify.apprise_notifier import default_notifier
     from modelops.objectstore import ObjectStore
-    from modelops.observability.release_phase import PhasePushingStore
     from modelops.registry.mlflow_registry import MlflowRegistry
 
     cfg = settings()
