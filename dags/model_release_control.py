@@ -46,8 +46,8 @@ def model_release_control() -> None:
         from modelops.canary.adapters import ObjectStoreStatusStore, checkpoint_key
         from modelops.canary.approval import reject_open_approval
         from modelops.canary.control import write_control
+        from modelops.canary.record_store import load_record
         from modelops.canary.status import Phase
-        from modelops.cockpit.store import load_record
         from modelops.errors import ConfigError
         from modelops.objectstore import ObjectStore
 

@@ -192,7 +192,7 @@ def _recorded_outcome(client: Any, run_id: str, state: str) -> str:
     import json
 
     from modelops.airflow_client import AirflowError
-    from modelops.cockpit.record import ReleaseRecord, record_key
+    from modelops.canary.record import ReleaseRecord, record_key
     from modelops.objectstore import ObjectStore
 
     try:

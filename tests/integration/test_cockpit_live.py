@@ -40,7 +40,7 @@ def _publish_version(airflow: AirflowClient, run_id: str) -> int:
 
 
 def _phase(store: ObjectStore, model: str, version: int) -> str:
-    from modelops.cockpit.store import load_record
+    from modelops.canary.record_store import load_record
 
     record = load_record(store, model, version)
     return record.phase if record else ""

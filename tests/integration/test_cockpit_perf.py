@@ -24,8 +24,8 @@ LIMIT_MS = 300.0
 
 
 def _seed(store: object) -> None:
+    from modelops.canary.record import ReleaseRef, index_document, index_key, index_with, updated
     from modelops.canary.status import CanaryStatus, Phase
-    from modelops.cockpit.record import ReleaseRef, index_document, index_key, index_with, updated
     from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
 
     def one(m: int) -> None:
@@ -52,8 +52,8 @@ def _seed(store: object) -> None:
 
 def _touch(store: object, m: int, at: float) -> None:
     """A release of model ``m`` moves on (what every analysis window does): its index changes."""
+    from modelops.canary.record import ReleaseRef, index_document, index_key, index_rows, index_with, updated
     from modelops.canary.status import CanaryStatus, Phase
-    from modelops.cockpit.record import ReleaseRef, index_document, index_key, index_rows, index_with, updated
 
     model = f"perf_{m:02d}"
     rows = [r.to_dict(windows=False) for r in index_rows(store.get_bytes(index_key(model)))]  # type: ignore[attr-defined]

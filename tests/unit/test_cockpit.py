@@ -9,11 +9,10 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+from modelops.canary import description
 from modelops.canary.gates import Analysis, GateResult, Verdict
 from modelops.canary.measurement import Measurement, VersionWindow
-from modelops.canary.status import CanaryStatus, Phase, Transition
-from modelops.cockpit import views
-from modelops.cockpit.record import (
+from modelops.canary.record import (
     Control,
     ReleaseRecord,
     ReleaseRef,
@@ -25,6 +24,8 @@ from modelops.cockpit.record import (
     updated,
     window_of,
 )
+from modelops.canary.status import CanaryStatus, Phase, Transition
+from modelops.cockpit import views
 from modelops.cockpit.svg import Series, line_chart
 from modelops.errors import ContractError
 from modelops.gateway.routes import Routes, VersionRef
@@ -118,7 +119,7 @@ def test_the_releases_page_shows_what_serves_the_running_release_and_the_history
     assert [r.model for r in rows] == ["old", "rec"]
     row = rows[1]
     assert (row.stable, row.canary, row.weight, row.revision) == ("v3", "v4", "25%", "9")
-    assert row.since == views.when(500.0)  # when v3 was promoted
+    assert row.since == description.when(500.0)  # when v3 was promoted
     assert row.running == "v4: progressing, step 1 of 3 at 25% canary"
     assert row.running_url == "/modelops/releases/rec/4"
     latest = row.history[0]
@@ -179,11 +180,11 @@ def test_a_chart_is_valid_svg_and_breaks_the_line_at_missing_values() -> None:
 def test_ctr_by_day_reads_the_feedback_job_tags() -> None:
     tags = {"modelops.ctr.2026-11-29": "0.120000", "modelops.cvr.2026-11-29": "null",
             "modelops.impressions.2026-11-29": "500", "modelops.ctr.2026-11-28": "0.1"}
-    assert views.ctr_days(tags) == [("2026-11-28", 0.1, None, ""), ("2026-11-29", 0.12, None, "500")]
+    assert description.ctr_days(tags) == [("2026-11-28", 0.1, None, ""), ("2026-11-29", 0.12, None, "500")]
 
 
 def test_the_mlflow_description_summarizes_the_release_lineage_drift_and_ctr() -> None:
-    from modelops.cockpit.describe import MARKER, markdown
+    from modelops.canary.description import MARKER, markdown
 
     rolled = updated(None, REF, _status(Phase.ROLLED_BACK, reason="failed gates: error_rate", mttr_s=6.5))
     tags = {"modelops.triton_version": "4", "modelops.sha256": SHA_B, "modelops.data_start": "2026-11-01",

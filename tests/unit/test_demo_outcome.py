@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from modelops import demo
-from modelops.cockpit.record import ReleaseRef, first_release, record_key
+from modelops.canary.record import ReleaseRef, first_release, record_key
 
 
 class FakeStore:

@@ -9,7 +9,9 @@ and :mod:`~modelops.canary.machine` (``start`` / ``advance``),
 
 Side effects: :mod:`~modelops.canary.sources` (scrape / Prometheus API),
 :mod:`~modelops.canary.runner` (carries out actions through ports, checkpoints),
-:mod:`~modelops.canary.adapters` (object-store routes and checkpoints, Triton, MLflow).
+:mod:`~modelops.canary.adapters` (object-store routes and checkpoints, Triton, MLflow),
+:mod:`~modelops.canary.record` and :mod:`~modelops.canary.record_store` (the release record the
+cockpit reads), :mod:`~modelops.canary.description` (the MLflow version's description).
 
 Typical loop (a runner per release, one event per interval)::
 

@@ -177,7 +177,7 @@ class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
             ti.try_number)
 
     def execute_complete(self, context: Any, event: dict[str, Any]) -> Any:
-        from modelops.cockpit.recording import responder
+        from modelops.canary.recording import responder
 
         # HITLOperator's part (validate, record the answer), not ApprovalOperator's: on Reject that one
         # skips the downstream tasks (the SDK's skip raises), so canary_finish would never run and the
@@ -196,8 +196,8 @@ class ReleaseApproval(ApprovalOperator):  # type: ignore[misc]
         ``by``. Raises when the release ended; returns (``by`` None) when no abort was applied."""
         from modelops.canary.operator import apply_control, finish, wire
         from modelops.canary.params import spec_from_params
-        from modelops.cockpit.record import Control
-        from modelops.cockpit.recording import record_release
+        from modelops.canary.record import Control
+        from modelops.canary.recording import record_release
 
         candidate = context["ti"].xcom_pull(task_ids="resolve_candidate")
         published = context["ti"].xcom_pull(task_ids="publish")

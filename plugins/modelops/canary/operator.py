@@ -33,12 +33,12 @@ from modelops.canary.actions import ApproveCommand
 from modelops.canary.control import control_key, parse_control
 from modelops.canary.metrics_source import metrics_source
 from modelops.canary.params import spec_from_params
+from modelops.canary.recording import record_first_release, record_release, responder
 from modelops.canary.runner import Release, Runner, VersionRef
 from modelops.canary.sequential import detection_warnings
 from modelops.canary.spec import CanarySpec, traffic_warnings
 from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
-from modelops.cockpit.recording import record_first_release, record_release, responder
 from modelops.errors import ContractError
 
 NOTE_LIMIT = 1000  # Airflow's DagRun.note max length
@@ -250,8 +250,8 @@ class CanaryOperator(BaseOperator):
             analysed, weight = status.analyses, status.weight
             status = runner.handle(m)
             if status.analyses > analysed and status.last_analysis is not None:
+                from modelops.canary.record import window_of
                 from modelops.canary.report import analysis_table
-                from modelops.cockpit.record import window_of
 
                 self.log.info("\n%s", analysis_table(status.last_analysis, weight))
                 window = window_of(status.last_analysis, weight, m)
@@ -266,7 +266,7 @@ class CanaryOperator(BaseOperator):
     # ---------------------------------------------------------------- internals
     def _approve(self, context: Any, runner: Runner, status: CanaryStatus) -> tuple[CanaryStatus, Any]:
         """Apply the approval; returns the status and the cockpit's record of who approved (or None)."""
-        from modelops.cockpit.record import Control
+        from modelops.canary.record import Control
 
         if status.phase in (Phase.WAITING_APPROVAL, Phase.PAUSED, Phase.PROGRESSING) and not status.approved:
             answer = context["ti"].xcom_pull(task_ids="approve_full_rollout", key="return_value")
@@ -341,7 +341,7 @@ def apply_control(wiring: Wiring, status: CanaryStatus, log: Any) -> tuple[Canar
     """Apply (and remove) the release's pending control request; returns the status and the cockpit's
     record of it (or None). A canary window applies it; so does a rejection at approval (an abort
     requested while the release waited for approval is what answered it)."""
-    from modelops.cockpit.record import Control
+    from modelops.canary.record import Control
 
     assert wiring.runner is not None
     key = control_key(wiring.model, wiring.canary_version)

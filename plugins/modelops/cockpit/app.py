@@ -28,10 +28,11 @@ from airflow.api_fastapi.core_api.security import GetUserDep
 from fastapi import FastAPI, HTTPException, Request
 from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Response
 
+from modelops.canary import record_store
 from modelops.canary.approval import APPROVAL_TASK, hitl_path
+from modelops.canary.record import ReleaseRecord
 from modelops.cockpit import store as cockpit_store
 from modelops.cockpit import views
-from modelops.cockpit.record import ReleaseRecord
 
 RELEASE_DAG, CONTROL_DAG = "model_release", "model_release_control"
 CONTROL_ACTIONS = ("pause", "resume", "abort")
@@ -233,7 +234,7 @@ def overview_json(data: cockpit_store.Overview) -> dict[str, Any]:
 
 
 def _record_or_404(model: str, version: int) -> ReleaseRecord:
-    record = cockpit_store.load_record(_store(), model, version)
+    record = record_store.load_record(_store(), model, version)
     if record is None:
         raise HTTPException(404, f"no release of {model} v{version} is recorded")
     return record
@@ -353,8 +354,8 @@ def create_app() -> FastAPI:
         page = views.lineage(
             model, version, info.stage, info.aliases, info.run_id, info.tags,
             cockpit_store.model_info(store, info.tags.get("modelops.triton_repository", ""), model, triton),
-            cockpit_store.model_releases(store, model),
-            cockpit_store.latest_drift(store, model, triton) if triton else {},
+            record_store.model_releases(store, model),
+            record_store.latest_drift(store, model, triton) if triton else {},
             _links())
         contract = cockpit_store.contract(info.tags, info.run_id, _links().mlflow_ui)
         page = views.Lineage(**{**vars(page), "contract_url": contract["url"]})

@@ -1,4 +1,6 @@
-"""The cockpit's reads and writes: release records and indexes, routes, checkpoints, MLflow facts.
+"""The cockpit's reads: release records and indexes, routes, checkpoints, MLflow facts.
+
+The release records are written by the canary (:mod:`modelops.canary.record_store`).
 
 Reads of many small documents run in a thread pool (one object-store round trip each), so
 the Releases page costs about two list calls and the slowest GET, not their sum.
@@ -9,66 +11,24 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
-from modelops.canary.status import CanaryStatus
-from modelops.cockpit.record import (
+from modelops.canary.record import (
     INDEX_PREFIX,
-    Control,
     ReleaseRecord,
-    ReleaseRef,
-    Window,
-    index_document,
-    index_key,
     index_rows,
-    index_with,
-    record_key,
-    updated,
 )
+from modelops.canary.record_store import Store, read_or_none
+from modelops.canary.status import CanaryStatus
 from modelops.errors import ModelopsError
 from modelops.gateway.routes import ROUTES_PREFIX, Routes, load_routes, model_from_key
 
 _log = logging.getLogger(__name__)
 READ_THREADS = 16
-DRIFT_PREFIX = "reports/drift"
 CONTRACT_HTML = "contracts/features_validation.html"
-
-
-class Store(Protocol):
-    """The part of :class:`modelops.objectstore.ObjectStore` the cockpit uses."""
-
-    @property
-    def bucket(self) -> str: ...
-
-    def exists(self, key: str) -> bool: ...
-
-    def get_bytes(self, key: str) -> bytes: ...
-
-    def put_bytes(self, key: str, data: bytes, *, content_type: str = ...) -> str: ...
-
-    def list_keys(self, prefix: str) -> Iterable[str]: ...
-
-
-# ------------------------------------------------------------------ writes (the release's canary task)
-def save(store: Store, record: ReleaseRecord) -> None:
-    """Write the release record and its summary into the model's index."""
-    store.put_bytes(record_key(record.model, record.canary_version), record.to_json().encode("utf-8"),
-                    content_type="application/json")
-    key = index_key(record.model)
-    rows: list[dict[str, Any]] = []
-    if store.exists(key):
-        rows = list(json.loads(store.get_bytes(key)).get("releases", []))
-    store.put_bytes(key, index_document(record.model, index_with(rows, record)), content_type="application/json")
-
-
-def load_record(store: Store, model: str, canary_version: int) -> ReleaseRecord | None:
-    key = record_key(model, canary_version)
-    if not store.exists(key):
-        return None
-    return ReleaseRecord.from_dict(json.loads(store.get_bytes(key)))
 
 
 # ------------------------------------------------------------------ reads (the pages)
@@ -76,14 +36,6 @@ def _model_of_index(key: str) -> str | None:
     if key.startswith(INDEX_PREFIX) and key.endswith(".json"):
         return key[len(INDEX_PREFIX):-len(".json")] or None
     return None
-
-
-def _get(store: Store, key: str) -> bytes | None:
-    try:
-        return store.get_bytes(key)
-    except ModelopsError as exc:  # deleted between the listing and the read
-        _log.warning("cockpit: %s", exc)
-        return None
 
 
 @dataclass(frozen=True)
@@ -125,7 +77,7 @@ def _read(store: Store, key: str, etag: str | None, parse: Callable[[bytes], Any
             hit = _PARSED.get(cache_key)
         if hit is not None and hit[0] == etag:
             return hit[1]
-    body = _get(store, key)
+    body = read_or_none(store, key)
     if body is None:
         return None
     value = parse(body)
@@ -178,23 +130,6 @@ def checkpoint_status(store: Store, model: str, canary_version: int) -> CanarySt
     return saved.status if saved is not None else None
 
 
-def latest_drift(store: Store, model: str, triton_version: str) -> dict[str, str]:
-    """The newest nightly drift verdict of a Triton version and its report's URI (empty if none)."""
-    prefix = f"{DRIFT_PREFIX}/{model}/v{triton_version}/"
-    days = sorted({k[len(prefix):].split("/", 1)[0] for k in store.list_keys(prefix)})
-    if not days:
-        return {}
-    day = days[-1]
-    body = _get(store, f"{prefix}{day}/drift.json")
-    if body is None:
-        return {}
-    document = json.loads(body)
-    causes = ", ".join(document.get("top_causes", [])[:5])
-    verdict = ("drifted" if document.get("drifted") else "no drift") + f" on {day.removeprefix('dt=')}"
-    return {"verdict": verdict + (f" (top causes: {causes})" if causes else ""),
-            "report": f"s3://{store.bucket}/{prefix}{day}/drift_report.html", "day": day}
-
-
 def model_info(store: Store, repository_uri: str, model: str, triton_version: str) -> str:
     """``model-info.json`` of a published version (``<repository>/<model>/<N>/``), pretty-printed
     ('' when the repository is not in this bucket or the file is missing)."""
@@ -202,7 +137,7 @@ def model_info(store: Store, repository_uri: str, model: str, triton_version: st
     if not repository_uri.startswith(head) or not triton_version:
         return ""
     key = f"{repository_uri[len(head):].rstrip('/')}/{model}/{triton_version}/model-info.json"
-    body = _get(store, key) if store.exists(key) else None
+    body = read_or_none(store, key) if store.exists(key) else None
     return json.dumps(json.loads(body), indent=2, sort_keys=True) if body else ""
 
 
@@ -212,18 +147,3 @@ def contract(tags: Mapping[str, str], run_id: str, mlflow_ui: str) -> dict[str, 
     url = f"{mlflow_ui.rstrip('/')}/get-artifact?path={CONTRACT_HTML}&run_uuid={run_id}" if run_id and mlflow_ui \
         else ""
     return {"result": result, "url": url}
-
-
-def model_releases(store: Store, model: str) -> list[ReleaseRecord]:
-    """One model's release summaries, newest first."""
-    body = _get(store, index_key(model)) if store.exists(index_key(model)) else None
-    return index_rows(body) if body else []
-
-
-def note(store: Store, ref: ReleaseRef, status: CanaryStatus, window: Window | None = None,
-         control: Control | None = None) -> ReleaseRecord:
-    """Bring the release's record (and its index row) up to ``status``; returns the record written."""
-    previous = load_record(store, ref.model, ref.canary_version)
-    record = updated(previous, ref, status, window, control)
-    save(store, record)
-    return record

@@ -6,14 +6,14 @@ version facts) and return small frozen dataclasses the templates render; no I/O 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import quote
 
+from modelops.canary.description import ctr_days, number, seconds, when
+from modelops.canary.record import ReleaseRecord, Window
 from modelops.canary.status import CanaryStatus
-from modelops.cockpit.record import ReleaseRecord, Window
 from modelops.cockpit.svg import Series, line_chart
 from modelops.gateway.routes import Routes
 
@@ -25,25 +25,6 @@ ACTIONS_WHILE = {
     "resume": {"paused"},
     "abort": {"progressing", "waiting_approval", "paused", "initializing"},
 }
-
-
-def when(epoch: float | None) -> str:
-    """``2026-11-30 20:41:07 UTC`` (empty for None)."""
-    return "" if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
-def seconds(value: float | None) -> str:
-    if value is None or math.isnan(value):
-        return "n/a"
-    if value < 120:
-        return f"{value:.1f} s"
-    return f"{value / 60:.1f} min"
-
-
-def number(value: float | None) -> str:
-    if value is None or math.isnan(value):
-        return "n/a"
-    return f"{value:.4g}"
 
 
 @dataclass(frozen=True)
@@ -296,20 +277,6 @@ class Lineage:
     drift_report: str
     ctr_by_day: tuple[tuple[str, str, str, str], ...]
     chart: str
-
-
-def ctr_days(tags: Mapping[str, str]) -> list[tuple[str, float | None, float | None, str]]:
-    """(day, CTR, CVR, impressions) from the ``modelops.ctr.<day>`` tags the feedback job writes."""
-    def value(key: str) -> float | None:
-        raw = tags.get(key)
-        try:
-            return None if raw in (None, "null") else float(raw)  # type: ignore[arg-type]
-        except ValueError:
-            return None
-
-    days = sorted(k[len("modelops.ctr."):] for k in tags if k.startswith("modelops.ctr."))
-    return [(d, value(f"modelops.ctr.{d}"), value(f"modelops.cvr.{d}"), tags.get(f"modelops.impressions.{d}", ""))
-            for d in days]
 
 
 def lineage(model: str, version: str, stage: str, aliases: Sequence[str], run_id: str,

@@ -224,7 +224,7 @@ def publish(day: str, prepared: dict[str, Any]) -> dict[str, Any]:
             (Path(tmp) / name).write_bytes(store.get_bytes(f"{prefix}/{name}"))
         MlflowRegistry.from_settings().log_artifacts(prepared["run_id"], Path(tmp), f"drift/dt={day}")
     report_uri = store.uri(f"{prefix}/drift_report.html")
-    from modelops.cockpit.describe import refresh_quietly
+    from modelops.canary.description import refresh_quietly
 
     refresh_quietly(model, str(prepared["version"]), store=store)  # the latest drift verdict in MLflow
     if document["drifted"]:

@@ -95,7 +95,7 @@ def log_to_mlflow(day: str, rows: list[dict[str, Any]]) -> list[str]:
                     if row[key] is not None:
                         registry.log_metric(info.run_id, f"online_{key}", float(row[key]), step=step)
             logged.append(f"{info.name}/{info.version}")
-    from modelops.cockpit.describe import refresh_quietly
+    from modelops.canary.description import refresh_quietly
 
     for name_version in logged:  # the version's MLflow description shows CTR / CVR by day
         name, version = name_version.rsplit("/", 1)

@@ -1,4 +1,4 @@
-"""How a release keeps its cockpit record current (called by the canary operator).
+"""How a release keeps its record current for the cockpit (called by the canary operator).
 
 Every call is a courtesy: a failure to write the record is logged and the release goes on.
 """
@@ -31,7 +31,7 @@ def responder(answer: Any) -> tuple[str, float | None]:
 
 def _release_ref(context: Any, wiring: Any, candidate: Mapping[str, Any]) -> Any:
     from modelops.canary.params import spec_from_params
-    from modelops.cockpit.record import ReleaseRef
+    from modelops.canary.record import ReleaseRef
 
     spec = spec_from_params(context["params"])
     r = wiring.runner.release if wiring.runner is not None else None
@@ -47,7 +47,7 @@ def _release_ref(context: Any, wiring: Any, candidate: Mapping[str, Any]) -> Any
 def record_release(context: Any, wiring: Any, candidate: Mapping[str, Any], status: CanaryStatus, *,
                    log: Any, window: Any = None, control: Any = None) -> None:
     """Keep the cockpit's release record current (a courtesy: a failure is logged, the release goes on)."""
-    from modelops.cockpit.store import note
+    from modelops.canary.record_store import note
 
     try:
         note(wiring.store, _release_ref(context, wiring, candidate), status, window, control)
@@ -55,7 +55,7 @@ def record_release(context: Any, wiring: Any, candidate: Mapping[str, Any], stat
         log.warning("could not update the cockpit's release record: %s", exc)
         return
     if status.phase.terminal:
-        from modelops.cockpit.describe import refresh_quietly
+        from modelops.canary.description import refresh_quietly
 
         refresh_quietly(wiring.model, str(candidate.get("version", "")), log, store=wiring.store)
 
@@ -64,8 +64,8 @@ def record_first_release(context: Any, wiring: Any, candidate: Mapping[str, Any]
                          reason: str, log: Any) -> None:
     from dataclasses import replace
 
-    from modelops.cockpit.record import first_release
-    from modelops.cockpit.store import save
+    from modelops.canary.record import first_release
+    from modelops.canary.record_store import save
 
     try:
         release = replace(_release_ref(context, wiring, candidate), canary_sha256=ref.sha256)
@@ -73,6 +73,6 @@ def record_first_release(context: Any, wiring: Any, candidate: Mapping[str, Any]
     except Exception as exc:
         log.warning("could not update the cockpit's release record: %s", exc)
         return
-    from modelops.cockpit.describe import refresh_quietly
+    from modelops.canary.description import refresh_quietly
 
     refresh_quietly(wiring.model, str(candidate.get("version", "")), log, store=wiring.store)

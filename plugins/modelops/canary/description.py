@@ -11,15 +11,49 @@ so it is kept current and never appended to.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any
 
-from modelops.cockpit.record import ReleaseRecord
-from modelops.cockpit.views import ctr_days, number, seconds, when
+from modelops.canary.record import ReleaseRecord
 
 _log = logging.getLogger(__name__)
 MARKER = "<!-- modelops: generated, replaced on every release and nightly job -->"
 MAX_DAYS = 14
+
+
+def when(epoch: float | None) -> str:
+    """``2026-11-30 20:41:07 UTC`` (empty for None)."""
+    return "" if epoch is None else datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def seconds(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "n/a"
+    if value < 120:
+        return f"{value:.1f} s"
+    return f"{value / 60:.1f} min"
+
+
+def number(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "n/a"
+    return f"{value:.4g}"
+
+
+def ctr_days(tags: Mapping[str, str]) -> list[tuple[str, float | None, float | None, str]]:
+    """(day, CTR, CVR, impressions) from the ``modelops.ctr.<day>`` tags the feedback job writes."""
+    def value(key: str) -> float | None:
+        raw = tags.get(key)
+        try:
+            return None if raw in (None, "null") else float(raw)  # type: ignore[arg-type]
+        except ValueError:
+            return None
+
+    days = sorted(k[len("modelops.ctr."):] for k in tags if k.startswith("modelops.ctr."))
+    return [(d, value(f"modelops.ctr.{d}"), value(f"modelops.cvr.{d}"), tags.get(f"modelops.impressions.{d}", ""))
+            for d in days]
 
 
 def markdown(model: str, version: str, tags: Mapping[str, str], releases: Sequence[ReleaseRecord],
@@ -60,7 +94,7 @@ def markdown(model: str, version: str, tags: Mapping[str, str], releases: Sequen
 
 def refresh(model: str, version: str, store: Any = None, registry: Any = None) -> str:
     """Rebuild and write the version's description from the current facts; returns it."""
-    from modelops.cockpit import store as cockpit_store
+    from modelops.canary import record_store
     from modelops.config import settings
     from modelops.objectstore import ObjectStore
     from modelops.registry.mlflow_registry import MlflowRegistry
@@ -70,9 +104,9 @@ def refresh(model: str, version: str, store: Any = None, registry: Any = None) -
     registry = registry or MlflowRegistry.from_settings(cfg)
     info = registry.get(model, version)
     triton = info.tags.get("modelops.triton_version", "")
-    drift = cockpit_store.latest_drift(store, model, triton) if triton else {}
+    drift = record_store.latest_drift(store, model, triton) if triton else {}
     url = f"{cfg.airflow_api_url}/modelops/lineage/{model}/{version}"
-    text = markdown(model, version, info.tags, cockpit_store.model_releases(store, model), drift, url)
+    text = markdown(model, version, info.tags, record_store.model_releases(store, model), drift, url)
     registry.describe(model, version, text)
     return text
 
