@@ -205,7 +205,7 @@ def _serve_stable(cfg: Any, store: Any, trained: Any, model: str) -> dict[str, A
     """v1 published, Production + champion, routed 100 % through the gateway (as the integration tests do)."""
     import requests
 
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.registry.mlflow_registry import MlflowRegistry
 
     candidate, published = _publish_candidate(_with_variant(trained, {"variant": "good"}), cfg.mlflow_uri, model)

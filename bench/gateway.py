@@ -55,8 +55,8 @@ sys.path.insert(0, str(ROOT))
 def setup(model: str) -> Any:
     """Load the bench model, publish features and routes; returns the feature lookup."""
     from modelops.config import settings
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.example.tables import FeatureLookup, publish_feature_tables
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.gateway.testing import feature_tables, write_test_model
     from modelops.objectstore import ObjectStore
     from modelops.serving.triton import TritonClient
@@ -75,7 +75,7 @@ def setup(model: str) -> Any:
 
 def teardown(model: str) -> None:
     from modelops.config import settings
-    from modelops.gateway.routes import routes_key
+    from modelops.documents.routes import routes_key
     from modelops.objectstore import ObjectStore
     from modelops.serving.triton import TritonClient
 
@@ -168,9 +168,9 @@ def direct_bodies(lookup: Any, requests: list[dict[str, Any]]) -> list[tuple[byt
 def rejection_cost_in_process(n: int) -> float:
     """Median microseconds the ASGI app spends on a contract rejection (no HTTP, no network)."""
     from modelops.config import settings
+    from modelops.documents.routes import Routes, VersionRef
     from modelops.gateway.app import Gateway
     from modelops.gateway.options import GatewayOptions
-    from modelops.gateway.routes import Routes, VersionRef
 
     with tempfile.TemporaryDirectory() as spool:
         app = Gateway(settings(), GatewayOptions(spool_dir=spool))

@@ -91,8 +91,8 @@ def _gateway_part(args: argparse.Namespace) -> tuple[float, float]:
     import requests
 
     from modelops.config import settings
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.example.tables import publish_feature_tables
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.gateway.testing import feature_tables, write_test_model
     from modelops.objectstore import ObjectStore
     from modelops.serving.triton import TritonClient

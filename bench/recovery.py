@@ -59,10 +59,10 @@ def _serve_champion(cfg: Any) -> tuple[str, dict[str, Any]]:
     """A published pipeline routed 100 % through the gateway; returns (model, a request body)."""
     import requests
 
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
     from modelops.features import load_features
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.objectstore import ObjectStore
     from modelops.serving.publisher import Provenance, publish_artifacts
     from modelops.serving.testing import fixture_artifacts

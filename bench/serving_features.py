@@ -50,10 +50,10 @@ sys.path.insert(0, str(ROOT / "plugins"))
 def setup(run: str) -> tuple[str, str]:
     """Serve the two models and route them; returns (pipeline, python model) names."""
     from modelops.config import settings
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.example.synthetic import WorldSpec
     from modelops.example.tables import publish_feature_tables
     from modelops.example.train import TrainSpec, train
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.gateway.testing import feature_tables, write_test_model
     from modelops.objectstore import ObjectStore
     from modelops.serving.builder import Artifacts
@@ -81,8 +81,8 @@ def setup(run: str) -> tuple[str, str]:
 
 def teardown(pipeline: str, python_model: str) -> None:
     from modelops.config import settings
+    from modelops.documents.routes import routes_key
     from modelops.errors import ServingError
-    from modelops.gateway.routes import routes_key
     from modelops.objectstore import ObjectStore
     from modelops.serving.pbtxt import step_names
     from modelops.serving.triton import TritonClient

@@ -67,7 +67,7 @@ def _restart(cfg: Settings, name: str) -> float:
 
 
 def _routes(model: str, revision: int, stable: Any, canary: Any = None, weight: float = 0.0) -> bytes:
-    from modelops.gateway.routes import Routes, VersionRef, serialize_routes
+    from modelops.documents.routes import Routes, VersionRef, serialize_routes
 
     canary_ref = None if canary is None else VersionRef(canary.triton_version, canary.sha256)
     return serialize_routes(Routes(model, revision, VersionRef(stable.triton_version, stable.sha256), canary_ref,
@@ -84,10 +84,10 @@ def _served(client: TritonClient, cfg: Settings, model: str) -> list[int] | None
 @pytest.fixture(scope="module")
 def routed_model(stack_settings: Settings, object_store: ObjectStore, triton_url: str) -> Iterator[dict[str, Any]]:
     """A model with two published versions, v1 routed and served through the gateway."""
+    from modelops.documents.routes import routes_key
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
     from modelops.features import load_features
-    from modelops.gateway.routes import routes_key
 
     model = f"chs_{uuid.uuid4().hex[:6]}"
     client = TritonClient(triton_url)
@@ -148,7 +148,7 @@ def test_object_store_killed_during_a_publish(stack_settings: Settings, triton_u
 
 
 def test_object_store_killed_during_a_routes_write(stack_settings: Settings, routed_model: dict[str, Any]) -> None:
-    from modelops.gateway.routes import load_routes, routes_key
+    from modelops.documents.routes import load_routes, routes_key
 
     model, (v1, v2), client = routed_model["model"], routed_model["versions"], routed_model["client"]
     store = _fresh_store(stack_settings)

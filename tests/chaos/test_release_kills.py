@@ -51,11 +51,11 @@ CANARY = {"canary_steps": "50,100", "analysis_interval_s": 5, "min_requests": 20
 @pytest.fixture(scope="module")
 def world(stack_settings: Settings, object_store: ObjectStore) -> Iterator[dict[str, Any]]:
     """A fresh model name, a small trained model and the feature tables its traffic needs."""
+    from modelops.documents.routes import routes_key
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
     from modelops.example.train import TrainSpec, train
     from modelops.features import load_features
-    from modelops.gateway.routes import routes_key
     from modelops.serving.api import served_versions, unload_version
 
     model = f"rlk_{uuid.uuid4().hex[:6]}"
@@ -105,7 +105,7 @@ def _finish(airflow: AirflowClient, model: str, run_id: str) -> str:
 
 
 def _routes(store: ObjectStore, model: str) -> Any:
-    from modelops.gateway.routes import load_routes, routes_key
+    from modelops.documents.routes import load_routes, routes_key
 
     return load_routes(store.get_bytes(routes_key(model)))
 
@@ -148,7 +148,7 @@ def _check_no_half_state(cfg: Settings, store: ObjectStore, model: str, champion
 
 def _champion(airflow: AirflowClient, store: ObjectStore, world: dict[str, Any], mlflow_uri: str) -> Any:
     """The model's routed stable version; released through the DAG first when the model has none yet."""
-    from modelops.gateway.routes import routes_key
+    from modelops.documents.routes import routes_key
 
     if not store.exists(routes_key(world["model"])):
         _finish(airflow, world["model"], _trigger(airflow, world["model"], _register(world, mlflow_uri)))

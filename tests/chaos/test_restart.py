@@ -54,10 +54,10 @@ def _tree_digest(root: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def champion(stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str) -> dict[str, Any]:
     """A released champion served through the gateway, with predictions and acknowledged feedback."""
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
     from modelops.features import load_features
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
 
     released = release_champion("rst", mlflow_uri, "modelops-tests-restart")
     model, version = released.model, released.version
@@ -154,10 +154,10 @@ def test_kill_9_of_every_process_keeps_everything(stack_settings: Settings, obje
 def test_a_new_release_after_the_restarts_promotes_a_new_champion(
         stack_settings: Settings, object_store: ObjectStore, airflow: AirflowClient, mlflow_uri: str,
         champion: dict[str, Any]) -> None:
+    from modelops.documents.routes import load_routes, routes_key
     from modelops.example.synthetic import WorldSpec
     from modelops.example.tracking import log_trained_model
     from modelops.example.train import TrainSpec, train
-    from modelops.gateway.routes import load_routes, routes_key
     from modelops.registry.mlflow_registry import MlflowRegistry
     from modelops.traffic.runner import BackgroundTraffic
     from modelops.traffic.simulation import Behaviour, TrafficSpec

@@ -113,7 +113,7 @@ def _states(airflow: AirflowClient, dag_id: str, run_id: str) -> dict[str, str]:
 
 
 def _routes(store: ObjectStore) -> Any:
-    from modelops.gateway.routes import load_routes, routes_key
+    from modelops.documents.routes import load_routes, routes_key
 
     return load_routes(store.get_bytes(routes_key(MODEL)))
 

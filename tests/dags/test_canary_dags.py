@@ -63,7 +63,7 @@ def test_the_previous_stable_is_retired_after_a_documented_grace_period(dags) ->
 
 
 def test_routed_versions_are_the_stable_and_the_canary() -> None:
-    from modelops.gateway.routes import Routes, VersionRef, routed_versions
+    from modelops.documents.routes import Routes, VersionRef, routed_versions
 
     def routes(canary: VersionRef | None) -> Routes:
         return Routes(model="m", revision=3, stable=VersionRef(4, "a" * 64), canary=canary,

@@ -23,9 +23,9 @@ import requests
 from modelops.canary.gates import p99_ms
 from modelops.canary.sources import ScrapeSource
 from modelops.config import Settings
+from modelops.documents.routes import choose_version, routes_key, serialize_routes
 from modelops.errors import ServingError
 from modelops.example.tables import publish_feature_tables
-from modelops.gateway.routes import choose_version, routes_key, serialize_routes
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.objectstore import ObjectStore
 from modelops.serving.triton import TritonClient

@@ -67,7 +67,7 @@ def _register(trained: Any, mlflow_uri: str, name: str) -> str:
 
 def _serve_stable(cfg: Settings, store: ObjectStore, trained: Any, mlflow_uri: str, model: str) -> dict[str, Any]:
     """v1 published, Production + champion, routed 100 % through the gateway."""
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.registry.mlflow_registry import MlflowRegistry
     from modelops.serving.publisher import publish_version
 
@@ -114,7 +114,7 @@ def _checkpoint(store: ObjectStore, model: str, triton_version: int) -> dict[str
 
 
 def _routes(store: ObjectStore, model: str) -> Any:
-    from modelops.gateway.routes import load_routes, routes_key
+    from modelops.documents.routes import load_routes, routes_key
 
     return load_routes(store.get_bytes(routes_key(model)))
 

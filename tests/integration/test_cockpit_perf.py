@@ -26,7 +26,7 @@ LIMIT_MS = 300.0
 def _seed(store: object) -> None:
     from modelops.canary.record import ReleaseRef, index_document, index_key, index_with, updated
     from modelops.canary.status import CanaryStatus, Phase
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
 
     def one(m: int) -> None:
         model = f"perf_{m:02d}"

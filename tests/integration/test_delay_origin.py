@@ -35,10 +35,10 @@ import pytest
 import requests
 
 from modelops.config import Settings
+from modelops.documents.routes import routes_key, serialize_routes
 from modelops.errors import ServingError
 from modelops.example.tables import publish_feature_tables
 from modelops.gateway.delay import ORIGINS
-from modelops.gateway.routes import routes_key, serialize_routes
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.objectstore import ObjectStore
 from modelops.serving.triton import TritonClient

@@ -27,13 +27,13 @@ import pytest
 import requests
 
 from modelops.config import Settings
+from modelops.documents.routes import Routes, VersionRef, choose_version, routes_key, serialize_routes
 from modelops.errors import ServingError
 from modelops.example.synthetic import WorldSpec
 from modelops.example.tables import publish_feature_tables
 from modelops.example.train import TrainSpec, train
 from modelops.features import feature_names, load_features
 from modelops.gateway.explain import ADDITIVITY_TOLERANCE
-from modelops.gateway.routes import Routes, VersionRef, choose_version, routes_key, serialize_routes
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.objectstore import ObjectStore
 from modelops.records import EXPLANATIONS, LOG_PREFIXES

@@ -33,9 +33,9 @@ import pytest
 import requests
 
 from modelops.config import Settings
+from modelops.documents.routes import Routes, VersionRef, choose_version, routes_key, serialize_routes
 from modelops.errors import ServingError
 from modelops.example.tables import FeatureLookup, publish_feature_tables
-from modelops.gateway.routes import Routes, VersionRef, choose_version, routes_key, serialize_routes
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.objectstore import ObjectStore

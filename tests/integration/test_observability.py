@@ -39,8 +39,8 @@ from modelops.canary.release_phase import PhasePushingStore
 from modelops.canary.runner import Checkpoint, MemoryStatusStore
 from modelops.canary.spec import CanarySpec
 from modelops.config import Settings, settings
+from modelops.documents.routes import routes_key, serialize_routes
 from modelops.errors import StackError
-from modelops.gateway.routes import routes_key, serialize_routes
 from modelops.objectstore import ObjectStore
 from modelops.observability.dashboards import DASHBOARDS, fill, queries
 from modelops.observability.prometheus import Ports, binary

@@ -81,7 +81,7 @@ def prometheus(prometheus_bin: Path, stack_settings: Settings,
 def canary_served(stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
                   features_published: None) -> dict[str, Any]:
     """A good stable and a canary failing 30 % of its requests, routed 50/50 through the stack's gateway."""
-    from modelops.gateway.routes import VersionRef, load_routes, routes_key, serialize_routes
+    from modelops.documents.routes import VersionRef, load_routes, routes_key, serialize_routes
     from modelops.registry.mlflow_registry import MlflowRegistry
     from modelops.serving.publisher import publish_version
 

@@ -34,7 +34,7 @@ CONVERGE_S = 60.0
 
 
 def _routes(model: str, revision: int, stable: Any, canary: Any, weight: float) -> bytes:
-    from modelops.gateway.routes import Routes, VersionRef, serialize_routes
+    from modelops.documents.routes import Routes, VersionRef, serialize_routes
 
     def ref(p: Any) -> VersionRef | None:
         return None if p is None else VersionRef(p.triton_version, p.sha256)
@@ -59,10 +59,10 @@ def _cfg() -> Settings:
 @pytest.fixture(scope="module")
 def published(stack_settings: Settings, object_store: ObjectStore, triton_url: str) -> Any:
     """Three versions of a fresh model in the store, none loaded; feature tables for the gateway."""
+    from modelops.documents.routes import routes_key
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
     from modelops.features import load_features
-    from modelops.gateway.routes import routes_key
 
     model = f"rec_{uuid.uuid4().hex[:6]}"
     client = TritonClient(triton_url)
@@ -82,7 +82,7 @@ def published(stack_settings: Settings, object_store: ObjectStore, triton_url: s
 
 def test_routed_versions_are_loaded_and_an_unknown_one_unloaded(
         published: dict[str, Any], object_store: ObjectStore, stack_settings: Settings) -> None:
-    from modelops.gateway.routes import routes_key
+    from modelops.documents.routes import routes_key
     from modelops.serving import loader
     from modelops.serving.pbtxt import config_json
 

@@ -118,7 +118,7 @@ def _run(airflow: AirflowClient, dag_id: str, conf: dict[str, Any] | None, prefi
 
 def run_batch_story(cfg: Settings, store: ObjectStore, airflow: AirflowClient, mlflow_uri: str,
                     notifications: NotificationReceiver) -> BatchRuns:
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.registry.mlflow_registry import MlflowRegistry
 
     # A Production version of a fresh model, routed 100% stable through the stack's gateway.

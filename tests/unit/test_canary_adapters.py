@@ -20,8 +20,8 @@ from modelops.canary.adapters import (
 from modelops.canary.machine import start
 from modelops.canary.runner import Checkpoint, VersionRef
 from modelops.canary.spec import CanarySpec
+from modelops.documents.routes import load_routes, routes_key
 from modelops.errors import ContractError
-from modelops.gateway.routes import load_routes, routes_key
 
 STABLE = VersionRef(3, "a" * 64, "7")
 CANARY = VersionRef(4, "b" * 64, "8")

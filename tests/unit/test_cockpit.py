@@ -27,8 +27,8 @@ from modelops.canary.record import (
 from modelops.canary.status import CanaryStatus, Phase, Transition
 from modelops.cockpit import views
 from modelops.cockpit.svg import Series, line_chart
+from modelops.documents.routes import Routes, VersionRef
 from modelops.errors import ContractError
-from modelops.gateway.routes import Routes, VersionRef
 
 SHA_A, SHA_B = "a" * 64, "b" * 64
 REF = ReleaseRef(model="rec", canary_version=4, canary_sha256=SHA_B, mlflow_version="7", started_by="alice",

@@ -7,8 +7,8 @@ import math
 import numpy as np
 import pytest
 
+from modelops.documents.routes import Routes, VersionRef
 from modelops.gateway.metrics import CollapseWatch, Registry, ScoreWindow, route_weights
-from modelops.gateway.routes import Routes, VersionRef
 
 
 def test_render_counters_gauges_and_histograms() -> None:

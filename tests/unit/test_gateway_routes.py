@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 
-from modelops.errors import ContractError
-from modelops.gateway.routes import (
+from modelops.documents.routes import (
     Routes,
     VersionRef,
     choose_version,
@@ -20,6 +19,7 @@ from modelops.gateway.routes import (
     serialize_routes,
     user_fraction,
 )
+from modelops.errors import ContractError
 
 STABLE = VersionRef(3, "a" * 64)
 CANARY = VersionRef(4, "b" * 64)

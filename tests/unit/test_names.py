@@ -66,7 +66,7 @@ def test_dag_param_entrance() -> None:
 
 
 def test_routes_entrance() -> None:
-    from modelops.gateway.routes import model_from_key, parse_routes, routes_key
+    from modelops.documents.routes import model_from_key, parse_routes, routes_key
 
     doc = {"schema_version": 1, "model": "Rec-2", "revision": 1, "stable": {"version": 1, "sha256": "a" * 64},
            "canary": None, "canary_weight": 0.0}

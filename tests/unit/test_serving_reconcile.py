@@ -72,7 +72,7 @@ def test_the_grace_of_a_replaced_stable_survives_a_restart_of_the_reconciler() -
     import time
     from datetime import UTC, datetime
 
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.serving.holds import active_holds
     from modelops.serving.reconcile import Reconciler
 
@@ -123,7 +123,7 @@ def test_each_server_gets_its_own_plan() -> None:
 def test_a_tick_covers_every_server_discovered_at_that_tick() -> None:
     from datetime import UTC, datetime
 
-    from modelops.gateway.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.serving.reconcile import Outcome, Reconciler, TritonTarget
 
     bucket = _Bucket()

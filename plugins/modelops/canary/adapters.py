@@ -17,9 +17,9 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from modelops.canary.runner import Checkpoint, VersionRef
+from modelops.documents.routes import Routes, load_routes, routed_versions, routes_key, serialize_routes
+from modelops.documents.routes import VersionRef as RouteVersion
 from modelops.errors import ContractError, ModelopsError
-from modelops.gateway.routes import Routes, load_routes, routed_versions, routes_key, serialize_routes
-from modelops.gateway.routes import VersionRef as RouteVersion
 from modelops.names import check_model_name
 
 if TYPE_CHECKING:

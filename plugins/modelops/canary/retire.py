@@ -16,7 +16,7 @@ from airflow.sdk.exceptions import AirflowSkipException
 
 from modelops.canary.status import Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
-from modelops.gateway.routes import routed_versions
+from modelops.documents.routes import routed_versions
 
 #: Seconds the previous stable version stays loaded after a promotion (``stable_grace_s`` param).
 DEFAULT_STABLE_GRACE_S = 600

@@ -23,8 +23,8 @@ from modelops.canary.record import (
 )
 from modelops.canary.record_store import Store, read_or_none
 from modelops.canary.status import CanaryStatus
+from modelops.documents.routes import ROUTES_PREFIX, Routes, load_routes, model_from_key
 from modelops.errors import ModelopsError
-from modelops.gateway.routes import ROUTES_PREFIX, Routes, load_routes, model_from_key
 
 _log = logging.getLogger(__name__)
 READ_THREADS = 16

@@ -15,7 +15,7 @@ from modelops.canary.description import ctr_days, number, seconds, when
 from modelops.canary.record import ReleaseRecord, Window
 from modelops.canary.status import CanaryStatus
 from modelops.cockpit.svg import Series, line_chart
-from modelops.gateway.routes import Routes
+from modelops.documents.routes import Routes
 
 CANARY_COLOR, STABLE_COLOR, THRESHOLD_COLOR = "#7b2cbf", "#2a9d8f", "#e76f51"
 #: The charts of the detail page: gate name → title.

@@ -28,6 +28,13 @@ import numpy as np
 import numpy.typing as npt
 
 from modelops.config import Settings, settings
+from modelops.documents.routes import (
+    Routes,
+    VersionRef,
+    choose_version,
+    routes_to_dict,
+    user_hash,
+)
 from modelops.features import feature_names, load_features
 from modelops.gateway.accesslog import BufferedLineHandler, direct_sink
 from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
@@ -61,13 +68,6 @@ from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pollers import GatewayPollers
 from modelops.gateway.pool import TritonPool
 from modelops.gateway.precomputed import SOURCE_HEADER, PrecomputedScores
-from modelops.gateway.routes import (
-    Routes,
-    VersionRef,
-    choose_version,
-    routes_to_dict,
-    user_hash,
-)
 from modelops.gateway.sampling import ScoredSampling
 from modelops.gateway.spool import SpoolFull
 from modelops.gateway.tokens import TokenClaims, TokenExpired, TokenInvalid, issue_token, resolve_secret, verify_token

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 
 from modelops.config import Settings
+from modelops.documents.routes import ROUTES_PREFIX, Routes, load_routes, model_from_key
 from modelops.errors import ContractError, ModelopsError, ObjectStoreError
 from modelops.gateway.delay import LoopLag, TritonDelays, parse_stats
 from modelops.gateway.eventlog import EventLogs
@@ -21,7 +22,6 @@ from modelops.gateway.metrics import CollapseWatch, Registry, ScoreWindow, route
 from modelops.gateway.onlinefeatures import OnlineFeatures
 from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pool import TritonPool
-from modelops.gateway.routes import ROUTES_PREFIX, Routes, load_routes, model_from_key
 from modelops.gateway.sampling import ScoredSampling
 from modelops.objectstore import ObjectStore
 

@@ -25,9 +25,9 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from modelops.documents.routes import Routes, VersionRef
 from modelops.errors import ContractError, ModelopsError, ObjectStoreError
 from modelops.gateway.metrics import Family, Registry
-from modelops.gateway.routes import Routes, VersionRef
 from modelops.objectstore import ObjectStore
 from modelops.serving.precompute import (
     PRECOMPUTED_PREFIX,

@@ -58,7 +58,7 @@ def champions(store: ObjectStore, models: list[str] | None = None) -> list[Champ
     Raises:
         ContractError: a named model has no routes document, or a document is invalid.
     """
-    from modelops.gateway.routes import ROUTES_PREFIX, load_routes, model_from_key, routes_key
+    from modelops.documents.routes import ROUTES_PREFIX, load_routes, model_from_key, routes_key
 
     names = models or sorted(m for k in store.list_keys(ROUTES_PREFIX) if (m := model_from_key(k)) is not None)
     found: list[Champion] = []

@@ -124,7 +124,7 @@ class Outcome:
 
 def read_model_routed(store: ObjectStore, model: str) -> frozenset[int] | None:
     """Routed versions of one model (None when it has no valid routes document)."""
-    from modelops.gateway.routes import load_routes, routes_key
+    from modelops.documents.routes import load_routes, routes_key
 
     if not store.exists(routes_key(model)):
         return None
@@ -137,7 +137,7 @@ def read_model_routed(store: ObjectStore, model: str) -> frozenset[int] | None:
 
 def read_routed(store: ObjectStore) -> dict[str, frozenset[int]]:
     """Routed versions per model from every valid routes document (an invalid one is skipped, logged)."""
-    from modelops.gateway.routes import ROUTES_PREFIX, load_routes, model_from_key
+    from modelops.documents.routes import ROUTES_PREFIX, load_routes, model_from_key
 
     routed = {}
     for key in store.list_keys(ROUTES_PREFIX):
