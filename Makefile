@@ -72,6 +72,7 @@ test: venv system-deps prometheus lint typecheck
 
 lint: venv
 	$(BIN)/ruff check .
+	$(BIN)/lint-imports --no-cache
 
 typecheck: venv
 	$(BIN)/mypy plugins/modelops
