@@ -43,6 +43,7 @@ from modelops.process import free_port
 from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS
 from modelops.serving.triton import TritonClient
 from tests.support.eventlogs import logged_values
+from tests.support.stackops import wait_for
 
 pytestmark = pytest.mark.integration
 
@@ -254,7 +255,18 @@ def test_size_type_and_unknown_model(gateway: GatewayProcess) -> None:
     assert response.status_code == 404 and response.json()["error"] == "unknown_model"
 
 
-def test_deadline_504_and_header_cannot_raise_it(gateway: GatewayProcess) -> None:
+def _metric(text: str, name: str, **labels: str) -> float | None:
+    """The value of one sample in a Prometheus text exposition (None when absent)."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return float(sample.value)
+    return None
+
+
+def test_deadline_504_and_header_cannot_raise_it(gateway: GatewayProcess, stack_settings: Settings) -> None:
     started = time.monotonic()
     response = predict(gateway, SLOW, good_body(), **{"Inference-Timeout": "200"})
     assert response.status_code == 504
@@ -266,7 +278,10 @@ def test_deadline_504_and_header_cannot_raise_it(gateway: GatewayProcess) -> Non
     metrics = requests.get(f"{gateway.url}/metrics", timeout=5).text
     assert f'modelops_gateway_errors_total{{model="{SLOW}",version="1",class="timeout"}} 2' in metrics
     assert f'modelops_gateway_requests_total{{model="{SLOW}",version="1"' not in metrics, "only answered ones"
-    time.sleep(2.5)  # let the slow model drain its queue
+    # The gateway gave up on both; Triton still runs them (1.5 s each): the next tests start once it has.
+    wait_for(lambda: _metric(requests.get(stack_settings.triton_metrics_url, timeout=5).text,
+                             "nv_inference_request_success", model=SLOW, version="1") == 2,
+             10, "Triton finished the two abandoned slow requests")
 
 
 def test_triton_unreachable_is_503_with_retry_after(served: dict[str, Any], stack_settings: Settings,
@@ -321,12 +336,15 @@ def test_routes_change_is_applied_within_two_seconds(gateway: GatewayProcess, ob
     assert revision == 2 and time.monotonic() - started < 2.0
     assert f'modelops_gateway_routes_revision{{model="{MODEL}"}} 2' in requests.get(
         f"{gateway.url}/metrics", timeout=5).text
+    def routes_errors() -> float:
+        text = requests.get(f"{gateway.url}/metrics", timeout=5).text
+        return _metric(text, "modelops_gateway_routes_errors_total", model=MODEL) or 0.0
+
+    errors = routes_errors()
     object_store.put_bytes(routes_key(MODEL), b"{broken")  # unreadable: the last good routes stay
-    time.sleep(1.0)
+    wait_for(lambda: routes_errors() > errors, 5, "the gateway read the broken routes")
     assert requests.get(f"{gateway.url}/v1/routes", timeout=5).json()["models"][MODEL]["revision"] == 2
     assert predict(gateway, MODEL, good_body()).status_code == 200
-    assert f'modelops_gateway_routes_errors_total{{model="{MODEL}"}}' in requests.get(
-        f"{gateway.url}/metrics", timeout=5).text
     object_store.put_bytes(routes_key(MODEL), serialize_routes(routes_doc(MODEL, 3, 1, 2, 0.5)))
 
 
@@ -371,7 +389,16 @@ def test_prediction_collapse_notifies_once(gateway: GatewayProcess, notification
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline and len(notifications.messages) == before:
         time.sleep(0.2)
-    time.sleep(3)  # the watch keeps running: still one notification
+    # The watch keeps running (every 1 s; each pass refreshes the gauges, the snapshot age among them):
+    # after three more passes over the still-collapsed version there is still one notification.
+    def snapshot_age() -> float:
+        age = _metric(requests.get(f"{gateway.url}/metrics", timeout=5).text,
+                      "modelops_gateway_feature_snapshot_age_seconds")
+        assert age is not None
+        return age
+
+    seen = snapshot_age()
+    wait_for(lambda: snapshot_age() >= seen + 3, 15, "three more passes of the collapse watch")
     ours = [m for m in notifications.messages[before:] if FLAT in json.dumps(m)]
     assert len(ours) == 1
     metrics = requests.get(f"{gateway.url}/metrics", timeout=5).text

@@ -161,14 +161,19 @@ def _incidents(status: CanaryStatus) -> int:
     return sum(1 for t in status.transitions if t.target is Phase.PAUSED and t.reason.startswith(_INCIDENT))
 
 
-def resumes_by_itself(status: CanaryStatus) -> bool:
+def resumes_by_itself(status: CanaryStatus | None) -> bool:
     """Paused by an incident that the release will resume from by itself once a window is clean.
 
     False for every other pause (thin traffic, a person's pause, an incident beyond
     :data:`AUTO_RESUMES`): those wait for a person, and callers following a release say so.
     """
-    return status.phase is Phase.PAUSED and status.reason.startswith(_INCIDENT) \
+    return status is not None and status.phase is Phase.PAUSED and status.reason.startswith(_INCIDENT) \
         and _incidents(status) <= AUTO_RESUMES
+
+
+def waits_for_person(status: CanaryStatus | None) -> bool:
+    """Paused, and only a person ends it (Resume or Abort): every pause but a self-resuming incident."""
+    return status is not None and status.phase is Phase.PAUSED and not resumes_by_itself(status)
 
 
 def _incident_cleared(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float) -> Outcome:

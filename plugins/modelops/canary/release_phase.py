@@ -11,8 +11,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from modelops.canary.machine import resumes_by_itself
+from modelops.canary.machine import waits_for_person
 from modelops.canary.runner import Checkpoint, StatusStore
+from modelops.canary.spec import CanarySpec
 from modelops.canary.status import Phase
 from modelops.observability.pushed import push_if_configured, release_group
 
@@ -24,7 +25,7 @@ class PhasePushingStore:
     inner: StatusStore
     pushed_phase: str | None = None
     pushed_person: bool = False
-    pause_alert_s: float = 900.0
+    pause_alert_s: float = CanarySpec.pause_alert_s
 
     def load(self) -> Checkpoint | None:
         return self.inner.load()
@@ -33,7 +34,7 @@ class PhasePushingStore:
         self.inner.save(checkpoint)
         status = checkpoint.status
         paused = status.phase is Phase.PAUSED
-        person = paused and not resumes_by_itself(status)
+        person = waits_for_person(status)
         # Pushed again when the phase changes, or whether a pause waits for a person (a person's pause
         # during an incident, or an incident beyond the automatic resumptions, changes only that).
         phase = status.phase.value

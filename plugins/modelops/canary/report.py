@@ -48,6 +48,11 @@ def progress_note(status: CanaryStatus) -> str:
     return pause_note(status) if status.phase is Phase.PAUSED else summary(status)
 
 
+#: What each kind of pause waits for, in the run's note and on the cockpit.
+RESUMES_BY_ITSELF = "it resumes by itself at the first analysis window without an incident"
+WAITS_FOR_PERSON = "it waits for a person"
+
+
 def pause_note(status: CanaryStatus) -> str:
     """What a paused release waits for, and what a person can do (the run's and the task's note).
 
@@ -56,7 +61,7 @@ def pause_note(status: CanaryStatus) -> str:
     """
     head = f"{status.model} v{status.canary_version} paused at {status.weight:.0%}: {status.reason}"
     if resumes_by_itself(status):
-        return (f"{head}\nIt resumes by itself at the first analysis window without an incident; "
+        return (f"{head}\n{RESUMES_BY_ITSELF.capitalize()}; "
                 f"abort with `modelops release abort --model {status.model} --version {status.canary_version}`.")
-    return (f"{head}\nIt waits for a person: `modelops release resume --model {status.model} --version "
+    return (f"{head}\n{WAITS_FOR_PERSON.capitalize()}: `modelops release resume --model {status.model} --version "
             f"{status.canary_version}` goes on, `modelops release abort ...` rolls back (or the Releases page).")

@@ -228,14 +228,14 @@ def available_actions(r: ReleaseRecord) -> tuple[str, ...]:
 
 def _pause_hint(status: CanaryStatus | None) -> str:
     """What a paused release waits for (see :func:`modelops.canary.machine.resumes_by_itself`)."""
-    from modelops.canary.machine import resumes_by_itself
-    from modelops.canary.status import Phase
+    from modelops.canary.machine import resumes_by_itself, waits_for_person
+    from modelops.canary.report import RESUMES_BY_ITSELF, WAITS_FOR_PERSON
 
-    if status is None or status.phase is not Phase.PAUSED:
-        return ""
     if resumes_by_itself(status):
-        return " — it resumes by itself at the first analysis window without an incident"
-    return " — it waits for a person: Resume goes on, Abort rolls back"
+        return f" — {RESUMES_BY_ITSELF}"
+    if waits_for_person(status):
+        return f" — {WAITS_FOR_PERSON}: Resume goes on, Abort rolls back"
+    return ""
 
 
 def detail(r: ReleaseRecord, status: CanaryStatus | None, links: Links, contract: Mapping[str, str]) -> Detail:

@@ -146,7 +146,7 @@ def feedback_groups(day: str, by_version: Iterable[Mapping[str, Any]],
 
 
 def release_group(model: str, canary_version: int, phase: str, *, paused_since: float | None = None,
-                  waits_for_person: bool = False, pause_alert_s: float = 900.0) -> PushGroup:
+                  waits_for_person: bool = False, pause_alert_s: float | None = None) -> PushGroup:
     """The current phase of a model's release (the group is replaced on each push).
 
     While paused, also when the pause began, whether it waits for a person (``cause="person"``)
@@ -161,6 +161,7 @@ def release_group(model: str, canary_version: int, phase: str, *, paused_since: 
         Gauge("modelops_release_paused_since_timestamp_seconds",
               "When the model's release paused (present only while it is paused).",
               labelnames=("version", "cause"), registry=registry).labels(str(canary_version), cause).set(paused_since)
+    if paused_since is not None and pause_alert_s is not None:
         Gauge("modelops_release_pause_alert_after_seconds",
               "How long a pause that waits for a person may last before it alerts (the release's pause_alert_s).",
               registry=registry).set(pause_alert_s)

@@ -83,9 +83,10 @@ PAUSED_EXIT = 3
 
 def _start(args: argparse.Namespace) -> int:
     from modelops.airflow_client import TERMINAL_STATES, client_from_settings
+    from modelops.canary.machine import waits_for_person
     from modelops.canary.report import pause_note
     from modelops.canary.status import Phase
-    from modelops.release.follow import canary_status, canary_version, of_this_run, waits_for_person
+    from modelops.release.follow import canary_status, canary_version, of_this_run
 
     client = client_from_settings()
     conf: dict[str, Any] = {"model": args.model, "version": str(args.version), "started_by": "cli",

@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from modelops.canary.machine import waits_for_person
 from modelops.canary.status import CanaryStatus, Phase
 
 PAUSED = "paused"
@@ -45,13 +46,6 @@ def canary_status(model: str, version: int | None, store: Any = None) -> CanaryS
     if not store.exists(key):
         return None
     return CanaryStatus.from_dict(json.loads(store.get_bytes(key))["status"])
-
-
-def waits_for_person(status: CanaryStatus | None) -> bool:
-    """Paused, and nothing but a person's resume or abort moves it on."""
-    from modelops.canary.machine import resumes_by_itself
-
-    return status is not None and status.phase is Phase.PAUSED and not resumes_by_itself(status)
 
 
 def wait_release(client: Any, model: str, run_id: str, *, timeout_s: float, poll_s: float = 2.0,
