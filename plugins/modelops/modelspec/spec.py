@@ -300,7 +300,8 @@ def _tuning_problems(t: Tuning) -> list[str]:
     if g.count < 1:
         problems.append(f"tuning.instance_group.count={g.count}: must be >= 1 (example: 1)")
     if g.gpus and g.kind != "gpu":
-        problems.append(f"tuning.instance_group.gpus={list(g.gpus)}: only with kind gpu (example: kind: gpu, gpus: [0])")
+        problems.append(f"tuning.instance_group.gpus={list(g.gpus)}: only with kind gpu "
+                        "(example: kind: gpu, gpus: [0])")
     if any(d < 0 for d in g.gpus) or len(set(g.gpus)) != len(g.gpus):
         problems.append(f"tuning.instance_group.gpus={list(g.gpus)}: distinct device ids >= 0 (example: [0, 1])")
     return problems
