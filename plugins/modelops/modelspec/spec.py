@@ -24,7 +24,8 @@ Fields (JSON keys; defaults in brackets):
 * ``features``: the model's input columns in order, each ``{name, dtype, min, max, description, owner,
   drift_sensitivity, required, not_null_mostly}``: ``dtype`` one of :data:`DTYPES`; ``min``/``max``
   [null] an optional range; ``drift_sensitivity`` [:data:`DEFAULT_DRIFT_SENSITIVITY`] in [0, 1], the
-  weight of the feature's drift in the nightly ranking; ``required`` [true] a request must give it;
+  weight of the feature's drift in the nightly ranking; ``drift_threshold`` [null] in (0, 1], the KS D
+  above which this feature drifts (null: the job's default); ``required`` [true] a request must give it;
   ``not_null_mostly`` [1.0] share of rows in a batch that must hold a value (null: nulls are fine).
   Names may contain spaces (MLflow column names); they are unique.
 * ``tuning``: Triton batching and instances: ``max_batch_size`` [64] (0: no batching by Triton, shapes
@@ -83,6 +84,7 @@ class Feature(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
     description: str = ""
     owner: str = ""
     drift_sensitivity: float = DEFAULT_DRIFT_SENSITIVITY
+    drift_threshold: float | None = None
     required: bool = True
     not_null_mostly: float | None = 1.0
 
@@ -189,7 +191,8 @@ EXAMPLES: dict[str, str] = {
     "outputs": '[{"name": "probabilities", "dtype": "FP32", "shape": [-1, 2]}]',
     "shape": "[-1, 30]", "dtype": '"FP32"', "request": '{"form": "tabular", "max_items": 50}',
     "form": '"tabular"', "max_items": "50", "features": '[{"name": "mean radius", "dtype": "FP64"}]',
-    "min": "0", "max": "3650", "drift_sensitivity": "0.5", "required": "true", "not_null_mostly": "0.99",
+    "min": "0", "max": "3650", "drift_sensitivity": "0.5", "drift_threshold": "0.08",
+    "required": "true", "not_null_mostly": "0.99",
     "description": '"days since signup"', "owner": '"growth-team"',
     "tuning": '{"max_batch_size": 64}', "max_batch_size": "64", "dynamic_batching": '{"max_queue_delay_us": 100}',
     "max_queue_delay_us": "100", "preferred_batch_size": "[8, 16]",
@@ -275,6 +278,8 @@ def _feature_problems(features: tuple[Feature, ...]) -> list[str]:
             problems.append(f"{where}: a range needs a numeric dtype, not {f.dtype} (example: dtype: FP64)")
         if not 0.0 <= f.drift_sensitivity <= 1.0:
             problems.append(f"{where}.drift_sensitivity={f.drift_sensitivity}: must be in [0, 1] (example: 0.5)")
+        if f.drift_threshold is not None and not 0.0 < f.drift_threshold <= 1.0:
+            problems.append(f"{where}.drift_threshold={f.drift_threshold}: must be in (0, 1] or null (example: 0.08)")
         if f.not_null_mostly is not None and not 0.0 < f.not_null_mostly <= 1.0:
             problems.append(f"{where}.not_null_mostly={f.not_null_mostly}: must be in (0, 1] or null (example: 0.99)")
     return problems
