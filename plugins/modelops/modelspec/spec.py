@@ -169,7 +169,7 @@ class ModelSpec(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
 
     def to_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping (tuples become lists)."""
-        out: dict[str, Any] = msgspec.to_builtins(self)
+        out: dict[str, Any] = msgspec.json.decode(msgspec.json.encode(self))
         return out
 
     def to_json(self) -> str:
