@@ -144,3 +144,19 @@ def test_gate_expectations_of_a_tabular_model(cancer: ModelSpec) -> None:
 def test_drift_features_of_a_tabular_model(cancer: ModelSpec) -> None:
     drift = render.drift_features(cancer)
     assert len(drift) == 30 and drift[0] == render.DriftFeature("mean radius", "FP64", 0.5, None)
+
+
+def test_the_gateways_compiler_takes_the_contracts_and_names_the_field(cancer: ModelSpec, models: Path) -> None:
+    from modelops.gateway.contract import compile_schema
+
+    x, _ = breast_cancer_frame(rows=2)
+    records = json.loads(x.to_json(orient="records"))
+    check = compile_schema(render.edge_contract(cancer))
+    assert check({"inputs": records}, "body") is None
+    bad = check({"inputs": [{**records[0], "mean radius": 99.0}]}, "body")
+    assert bad is not None and bad.field == "body.inputs[0].mean radius" and bad.rule == "maximum 50.0"
+    missing = check({"inputs": {"mean radius": [1.0]}}, "body")
+    assert missing is not None and missing.field == "body.inputs.mean perimeter" and missing.rule == "required"
+    tensors = compile_schema(render.edge_contract(derive_spec(models / "onnx", "ranker")))
+    short = tensors({"inputs": {"dense": [[0.5] * 7], "bucket": [[1]]}}, "body")
+    assert short is not None and short.field == "body.inputs.dense[0]" and short.rule == "minItems 8"

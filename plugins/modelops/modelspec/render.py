@@ -4,7 +4,8 @@
   ``tabular`` form: a body holds exactly one of MLflow's scoring keys
   (``mlflow/pyfunc/scoring_server``): ``dataframe_split`` (``columns`` exactly the features in order,
   ``data`` rows typed column by column), ``dataframe_records`` and ``instances`` (rows as objects),
-  ``inputs`` (rows as objects, or an object of columns); a tensor model (no features) takes
+  ``inputs`` (rows as objects, or an object of columns; the JSON type picks the form, so a refusal names
+  the rule of the form sent); a tensor model (no features) takes
   ``inputs`` (an object of tensors, or the one tensor) and ``instances`` (one object, or one tensor
   row, per row). Column types: FP* ``number``, INT* ``integer``, BOOL ``boolean``, BYTES ``string``;
   a declared range becomes ``minimum``/``maximum``, a column not ``required`` may be ``null``; at most
@@ -91,6 +92,14 @@ def _rows(items: dict[str, Any], max_items: int) -> dict[str, Any]:
     return {"type": "array", "minItems": 1, "maxItems": max_items, "items": items}
 
 
+def _array_or_object(array: dict[str, Any], obj: dict[str, Any]) -> dict[str, Any]:
+    # if/then/else, not anyOf: a refusal then names the rule of the form the client chose
+    # (``body.inputs[0].mean radius must be <= 50``), not every branch of an anyOf.
+    if array.get("type") != "array":  # a one-dimensional tensor row is a value, not an array
+        return {"if": {"type": "object"}, "then": obj, "else": array}
+    return {"if": {"type": "array"}, "then": array, "else": obj}
+
+
 def _column_bodies(spec: ModelSpec) -> dict[str, Any]:
     features, n = spec.features, spec.request.max_items
     values = {f.name: _value(f.dtype, f) for f in features}
@@ -109,7 +118,7 @@ def _column_bodies(spec: ModelSpec) -> dict[str, Any]:
         },
     }
     return {"dataframe_split": split, "dataframe_records": _rows(record, n), "instances": _rows(record, n),
-            "inputs": {"anyOf": [_rows(record, n), columns]}}
+            "inputs": _array_or_object(_rows(record, n), columns)}
 
 
 def _tensor_value(tensor: Tensor, dims: Sequence[int], max_items: int | None) -> dict[str, Any]:
@@ -134,8 +143,8 @@ def _tensor_bodies(spec: ModelSpec) -> dict[str, Any]:
            "properties": {t.name: _tensor_value(t, t.shape[1:], None) for t in spec.inputs}}
     if len(spec.inputs) == 1:
         only = spec.inputs[0]
-        return {"inputs": {"anyOf": [named, _tensor_value(only, only.shape, n)]},
-                "instances": _rows({"anyOf": [row, _tensor_value(only, only.shape[1:], None)]}, n)}
+        return {"inputs": _array_or_object(_tensor_value(only, only.shape, n), named),
+                "instances": _rows(_array_or_object(_tensor_value(only, only.shape[1:], None), row), n)}
     return {"inputs": named, "instances": _rows(row, n)}
 
 
