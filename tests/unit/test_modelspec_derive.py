@@ -141,3 +141,42 @@ def test_triton_flavor_wins_and_needs_a_backend(tmp_path: Path, models: Path) ->
 def test_expand_overrides_nests_dotted_keys() -> None:
     assert expand_overrides({"modelops.spec.tuning.max_batch_size": "8", "request.form": "tabular"}) == {
         "tuning": {"max_batch_size": 8}, "request": {"form": "tabular"}}
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # MLflow's hints on type hints and input examples
+def test_mixed_columns_become_one_tensor_each(tmp_path: Path) -> None:
+    import mlflow.pyfunc
+    import pandas as pd
+    from mlflow.models import infer_signature
+
+    class Echo(mlflow.pyfunc.PythonModel):  # type: ignore[misc]
+        def predict(self, context: object, model_input: pd.DataFrame, params: object = None) -> pd.DataFrame:
+            return model_input[["amount"]]
+
+    frame = pd.DataFrame({"amount": [1.5, 2.0], "plan type": ["a", "b"], "seats": [1, 2], "trial": [True, False]})
+    mlflow.pyfunc.save_model(str(tmp_path / "m"), python_model=Echo(), pip_requirements=["pandas"],
+                             signature=infer_signature(frame, frame[["amount"]]))
+    spec = derive_spec(tmp_path / "m", "mixed")
+    assert spec.flavor == "pyfunc" and spec.triton_backend == "python"
+    assert [(t.name, t.dtype, t.shape) for t in spec.inputs] == [
+        ("amount", "FP64", (-1, 1)), ("plan_type", "BYTES", (-1, 1)), ("seats", "INT64", (-1, 1)),
+        ("trial", "BOOL", (-1, 1))]
+    assert [f.name for f in spec.features] == ["amount", "plan type", "seats", "trial"]
+    assert spec.outputs == (Tensor(name="amount", dtype="FP64", shape=(-1, 1)),)
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # MLflow's hints on type hints and input examples
+def test_an_unsupported_column_type_is_refused(tmp_path: Path) -> None:
+    import mlflow.pyfunc
+    import pandas as pd
+    from mlflow.models import infer_signature
+
+    class Echo(mlflow.pyfunc.PythonModel):  # type: ignore[misc]
+        def predict(self, context: object, model_input: pd.DataFrame, params: object = None) -> pd.DataFrame:
+            return model_input
+
+    frame = pd.DataFrame({"at": pd.to_datetime(["2026-01-01", "2026-01-02"]), "x": [1.0, 2.0]})
+    mlflow.pyfunc.save_model(str(tmp_path / "m"), python_model=Echo(), pip_requirements=["pandas"],
+                             signature=infer_signature(frame, frame[["x"]]))
+    with pytest.raises(ContractError, match=r"signature inputs\[0\] \(at\): column type 'datetime' not supported"):
+        derive_spec(tmp_path / "m", "dated")
