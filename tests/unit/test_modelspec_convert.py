@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -17,7 +18,9 @@ from modelops.modelspec.convert import (
     convert_sklearn,
     onnx_outputs,
     require_parity,
+    spec_for_graph,
 )
+from modelops.modelspec.spec import Tensor
 from tests.unit.modelspec_models import breast_cancer_frame
 
 
@@ -64,3 +67,21 @@ def test_unconvertible_model_is_refused() -> None:
         convert_sklearn(object(), 3)
     with pytest.raises(ContractError, match=r"dtype='INT8'"):
         convert_sklearn(Ridge(), 3, dtype="INT8")
+
+
+def test_the_spec_takes_the_converted_graphs_tensors(tmp_path: Path) -> None:
+    from modelops.modelspec import render
+    from modelops.modelspec.derive import derive_spec
+    from tests.unit.modelspec_models import save_sklearn_classifier
+
+    model, x = save_sklearn_classifier(tmp_path / "clf")
+    derived = derive_spec(tmp_path / "clf", "cancer")
+    assert derived.inputs[0].dtype == "FP64"  # what the signature says
+    onnx_model = convert_sklearn(model, x.shape[1], dtype="FP32")
+    require_parity(check_parity(model, onnx_model, x))
+    served = spec_for_graph(derived, onnx_model)
+    assert served.inputs == (Tensor(name="input", dtype="FP32", shape=(-1, 30)),)
+    assert served.outputs == (Tensor(name="probabilities", dtype="FP32", shape=(-1, 2)),)
+    assert served.features == derived.features
+    text = render.config_pbtxt(served)
+    assert "data_type: TYPE_FP32\n    dims: [ 30 ]" in text and "dims: [ 2 ]" in text

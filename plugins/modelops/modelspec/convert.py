@@ -12,6 +12,11 @@ estimator's own answer:
   ``|onnx - sklearn| / max(|sklearn|, 1)`` is at most :data:`REGRESSION_TOLERANCE` (1e-4; below 1 in
   magnitude it is absolute, so values near zero do not blow it up).
 
+:func:`spec_for_graph` puts the converted graph's own tensors into the spec (the signature said FP64
+columns; a graph converted with ``dtype="FP32"`` takes FP32), so ``config.pbtxt`` describes the file
+Triton loads. One-dimensional outputs (a classifier's ``label`` ``[N]``) are left out of the spec: the
+served outputs are the ``[N, k]`` ones (``probabilities``).
+
 A failed check is returned as a :class:`Parity` with ``passed=False`` and the differences; it is never
 accepted silently: :func:`require_parity` raises :class:`~modelops.errors.ContractError` for it.
 """
@@ -24,11 +29,14 @@ from typing import Any
 import numpy as np
 
 from modelops.errors import ContractError
+from modelops.modelspec.spec import ModelSpec, Tensor
 
 PROBABILITY_TOLERANCE = 1e-5
 REGRESSION_TOLERANCE = 1e-4
 INPUT_NAME = "input"
 _NUMPY = {"FP32": np.float32, "FP64": np.float64}
+_ONNX_DTYPES = {1: "FP32", 11: "FP64", 6: "INT32", 7: "INT64", 9: "BOOL", 8: "BYTES"}
+"""ONNX ``TensorProto`` element types the spec carries."""
 
 
 @dataclass(frozen=True)
@@ -134,3 +142,32 @@ def require_parity(parity: Parity) -> Parity:
     if not parity.passed:
         raise ContractError(f"the converted ONNX graph does not match the model: {parity.describe()}")
     return parity
+
+
+def graph_tensors(onnx_model: bytes) -> tuple[tuple[Tensor, ...], tuple[Tensor, ...]]:
+    """The (inputs, outputs) of a serialized ONNX graph as spec tensors (symbolic dims become -1)."""
+    import onnx
+
+    graph = onnx.load_from_string(onnx_model).graph
+    initializers = {i.name for i in graph.initializer}
+
+    def tensor(value: Any) -> Tensor:
+        t = value.type.tensor_type
+        if t.elem_type not in _ONNX_DTYPES:
+            raise ContractError(f"ONNX tensor {value.name}: element type {t.elem_type} not supported; "
+                                f"supported: {sorted(_ONNX_DTYPES.values())}")
+        dims = tuple(d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim)
+        return Tensor(name=value.name, dtype=_ONNX_DTYPES[t.elem_type], shape=dims)
+
+    return (tuple(tensor(v) for v in graph.input if v.name not in initializers),
+            tuple(tensor(v) for v in graph.output))
+
+
+def spec_for_graph(spec: ModelSpec, onnx_model: bytes) -> ModelSpec:
+    """``spec`` with the inputs and (two-or-more-dimensional) outputs of the converted graph, re-checked."""
+    inputs, outputs = graph_tensors(onnx_model)
+    served = [t for t in outputs if len(t.shape) >= 2]
+    doc = spec.to_dict()
+    doc["inputs"] = [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in inputs]
+    doc["outputs"] = [{"name": t.name, "dtype": t.dtype, "shape": list(t.shape)} for t in served]
+    return ModelSpec.from_dict(doc)
