@@ -256,14 +256,15 @@ def test_size_type_and_unknown_model(gateway: GatewayProcess) -> None:
 
 
 def _metric(text: str, name: str, **labels: str) -> float | None:
-    """The value of one sample in a Prometheus text exposition (None when absent)."""
-    from prometheus_client.parser import text_string_to_metric_families
+    """The value of one sample in a Prometheus text exposition (None when absent).
 
-    for family in text_string_to_metric_families(text):
-        for sample in family.samples:
-            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
-                return float(sample.value)
-    return None
+    Read with the canary's parser, which keeps the names as exposed (``prometheus_client``'s renames
+    Triton's counters to ``*_total``).
+    """
+    from modelops.canary.promtext import parse
+
+    return next((s.value for s in parse(text)
+                 if s.name == name and all(s.label(k) == v for k, v in labels.items())), None)
 
 
 def test_deadline_504_and_header_cannot_raise_it(gateway: GatewayProcess, stack_settings: Settings) -> None:
