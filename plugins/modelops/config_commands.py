@@ -21,5 +21,5 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("config", help="show the effective configuration (validated)")
-    parser.add_argument("--markdown", action="store_true", help="print the configuration reference table (docs/reference/configuration.md)")
+    parser.add_argument("--markdown", action="store_true", help="print the configuration reference table")
     parser.set_defaults(func=_run)
