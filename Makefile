@@ -13,7 +13,7 @@ PROMETHEUS_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus
 PUSHGATEWAY_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus-pushgateway
 ALERTMANAGER_BIN := $(PROMETHEUS_DIR)/root/usr/bin/prometheus-alertmanager
 
-.PHONY: venv system-deps prometheus demo test lint typecheck unit integration bench stack-up stack-down clean compose-test soak
+.PHONY: venv system-deps prometheus demo test lint typecheck docs unit integration bench stack-up stack-down clean compose-test soak
 
 $(STAMP): requirements.lock pyproject.toml
 	@echo "==> creating $(VENV) from requirements.lock (first time: ~2-4 minutes)"
@@ -67,7 +67,7 @@ $(PUSHGATEWAY_BIN) $(ALERTMANAGER_BIN) &:
 
 prometheus: $(PROMETHEUS_BIN) $(PUSHGATEWAY_BIN) $(ALERTMANAGER_BIN)
 
-test: venv system-deps prometheus lint typecheck
+test: venv system-deps prometheus lint typecheck docs
 	$(BIN)/pytest
 
 lint: venv
@@ -76,6 +76,11 @@ lint: venv
 
 typecheck: venv
 	$(BIN)/mypy plugins/modelops
+
+# The documentation site (mkdocs.yml, docs/): --strict fails on a broken link or a page missing from the nav.
+# `$(BIN)/mkdocs serve` previews it at http://127.0.0.1:8000 while you edit.
+docs: venv
+	$(BIN)/mkdocs build --strict --site-dir .cache/site
 
 unit: venv
 	$(BIN)/pytest tests/unit

@@ -3,7 +3,7 @@
 Every setting is a :class:`Setting` in :data:`SETTINGS` with its environment variable,
 type, default and a one-line doc. :func:`load_settings` converts and validates all of
 them; a bad value raises :class:`~modelops.errors.ConfigError` naming the variable,
-the rule and an example. The README's configuration table is generated from this
+the rule and an example. The configuration reference (docs/reference/configuration.md) is generated from this
 module (``modelops config --markdown``) and a test keeps the two in step.
 """
 
@@ -432,7 +432,7 @@ def settings() -> Settings:
 
 
 def markdown_table() -> str:
-    """The configuration table of the README, generated from :data:`SETTINGS`."""
+    """The configuration reference table (docs/reference/configuration.md), generated from :data:`SETTINGS`."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     for s in SETTINGS:
         default = f"`{s.default}`" if s.default else "(empty)"

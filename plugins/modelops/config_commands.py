@@ -1,4 +1,4 @@
-"""``modelops config``: show the effective configuration or the README table."""
+"""``modelops config``: show the effective configuration or the configuration reference table."""
 
 from __future__ import annotations
 
@@ -21,5 +21,5 @@ def _run(args: argparse.Namespace) -> int:
 
 def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     parser = sub.add_parser("config", help="show the effective configuration (validated)")
-    parser.add_argument("--markdown", action="store_true", help="print the README configuration table")
+    parser.add_argument("--markdown", action="store_true", help="print the configuration reference table")
     parser.set_defaults(func=_run)

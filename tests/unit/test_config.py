@@ -100,9 +100,10 @@ def test_two_services_on_one_port_are_refused() -> None:
         load_settings({"MODELOPS_MLFLOW_PORT": "9310"})
 
 
-def test_readme_configuration_table_is_generated_from_config() -> None:
-    readme = (PROJECT_ROOT / "README.md").read_text()
-    assert markdown_table() in readme, "README config table is stale: run `modelops config --markdown`"
+def test_configuration_reference_table_is_generated_from_config() -> None:
+    page = (PROJECT_ROOT / "docs" / "reference" / "configuration.md").read_text()
+    assert markdown_table() in page, (
+        "docs/reference/configuration.md's table is stale: paste `modelops config --markdown` between its markers")
 
 
 def test_gateway_replicas_and_the_canary_metrics_source() -> None:
