@@ -26,6 +26,7 @@ from modelops.config import Settings
 from modelops.objectstore import ObjectStore
 from modelops.traffic.runner import BackgroundTraffic
 from tests.support.releases import ended
+from tests.support.releases import task_states as _states
 
 pytestmark = pytest.mark.integration
 
@@ -101,10 +102,6 @@ def Traffic(cfg: Settings, model: str, rate: float = RATE) -> BackgroundTraffic:
 def _release(airflow: AirflowClient, model: str, version: str, **conf: Any) -> str:
     return airflow.trigger("model_release", {"model": model, "version": version, **CANARY, **conf},
                            run_id=f"test-canary-{uuid.uuid4().hex[:8]}")
-
-
-def _states(airflow: AirflowClient, run_id: str) -> dict[str, str]:
-    return {t["task_id"]: t["state"] for t in airflow.task_instances("model_release", run_id)}
 
 
 def _checkpoint(store: ObjectStore, model: str, triton_version: int) -> dict[str, Any]:

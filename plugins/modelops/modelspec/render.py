@@ -202,19 +202,27 @@ def _dims(tensor: Tensor, batched: bool) -> tuple[int, ...]:
     return tensor.shape[1:] if batched else tensor.shape
 
 
-def _tensors_text(kind: str, tensors: Sequence[Tensor], batched: bool) -> str:
-    items = ",\n".join(
-        f'  {{\n    name: "{t.name}"\n    data_type: {TRITON_DTYPES[t.dtype]}\n'
-        f'    dims: [ {", ".join(map(str, _dims(t, batched)))} ]\n  }}'
-        for t in tensors
-    )
+def tensor_block(name: str, data_type: str, dims: Sequence[int], optional: bool = False) -> str:
+    """One entry of a ``config.pbtxt`` input or output list (also :mod:`modelops.serving.pbtxt`'s)."""
+    return (f'  {{\n    name: "{name}"\n    data_type: {data_type}\n    dims: [ {", ".join(map(str, dims))} ]\n'
+            + ("    optional: true\n" if optional else "") + "  }")
+
+
+def tensors_text(kind: str, blocks: Sequence[str]) -> str:
+    """A ``config.pbtxt`` ``input [...]`` / ``output [...]`` list of :func:`tensor_block` entries."""
+    items = ",\n".join(blocks)
     return f"{kind} [\n{items}\n]"
 
 
-def _version_policy(versions: Sequence[int]) -> str:
+def version_policy(versions: Sequence[int]) -> str:
+    """Triton's version policy: these versions, or the latest one when none is named."""
     if not versions:
         return "version_policy: { latest: { num_versions: 1 } }"
     return f"version_policy: {{ specific: {{ versions: [ {', '.join(map(str, versions))} ] }} }}"
+
+
+def _tensors_text(kind: str, tensors: Sequence[Tensor], batched: bool) -> str:
+    return tensors_text(kind, [tensor_block(t.name, TRITON_DTYPES[t.dtype], _dims(t, batched)) for t in tensors])
 
 
 def config_pbtxt(spec: ModelSpec, *, name: str | None = None, versions: Sequence[int] = ()) -> str:
@@ -239,7 +247,7 @@ def config_pbtxt(spec: ModelSpec, *, name: str | None = None, versions: Sequence
     g = t.instance_group
     gpus = f", gpus: [ {', '.join(map(str, g.gpus))} ]" if g.gpus else ""
     lines.append(f"instance_group [ {{ kind: {INSTANCE_KINDS[g.kind]}, count: {g.count}{gpus} }} ]")
-    lines.append(_version_policy(versions))
+    lines.append(version_policy(versions))
     return "\n".join(lines) + "\n"
 
 

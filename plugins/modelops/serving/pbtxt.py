@@ -20,6 +20,7 @@ from typing import Any, Literal
 
 from modelops.config import PROJECT_ROOT
 from modelops.errors import ServingError
+from modelops.modelspec.render import tensor_block, tensors_text, version_policy
 from modelops.names import check_model_name
 
 TEMPLATES_DIR = PROJECT_ROOT / "model_repository" / "templates"
@@ -163,18 +164,7 @@ def pipeline_specs(model: str, *, backend: str, tuning: Tuning | None = None,
 
 
 def _tensors(kind: str, tensors: Sequence[TensorSpec]) -> str:
-    items = ",\n".join(
-        f'  {{\n    name: "{t.name}"\n    data_type: {t.data_type}\n'
-        f'    dims: [ {", ".join(map(str, t.dims))} ]\n' + ("    optional: true\n" if t.optional else "") + "  }"
-        for t in tensors
-    )
-    return f"{kind} [\n{items}\n]"
-
-
-def _version_policy(versions: Sequence[int]) -> str:
-    if not versions:
-        return "version_policy: { latest: { num_versions: 1 } }"
-    return f"version_policy: {{ specific: {{ versions: [ {', '.join(map(str, versions))} ] }} }}"
+    return tensors_text(kind, [tensor_block(t.name, t.data_type, t.dims, t.optional) for t in tensors])
 
 
 def render_pbtxt(spec: ModelConfigSpec, *, templates_dir: Path = TEMPLATES_DIR) -> str:
@@ -199,7 +189,7 @@ def render_pbtxt(spec: ModelConfigSpec, *, templates_dir: Path = TEMPLATES_DIR) 
         "outputs": _tensors("output", spec.outputs),
         "dynamic_batching": batching,
         "instance_group": f"instance_group [ {{ kind: {t.instance_kind}, count: {t.instance_count} }} ]",
-        "version_policy": _version_policy(spec.versions),
+        "version_policy": version_policy(spec.versions),
         **dict(spec.parameters),
     }
     try:
