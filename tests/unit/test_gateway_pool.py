@@ -221,3 +221,53 @@ def test_statistics_are_summed_over_the_servers() -> None:
         await pool.close()
 
     _run(main())
+
+
+def test_a_call_in_flight_on_a_server_that_fails_its_health_check_goes_elsewhere() -> None:
+    """A server killed without a reset (its container's network gone) never answers a call in flight: the health
+    round that finds it gone abandons the call and sends it to another server, long before the caller's deadline."""
+
+    async def main() -> None:
+        pool, fakes = _pool(["10.0.0.1", "10.0.0.2"])
+        await pool.refresh()
+        hung = asyncio.Event()
+
+        async def never_answers(model: str, version: int, features: Any) -> Any:
+            hung.set()
+            await asyncio.Event().wait()
+
+        fakes[A].infer_scores = never_answers  # type: ignore[method-assign]
+        pool._turn = 1  # the next call's first choice is A  (order() adds one: turn 2 % 2 == 0)
+        call = asyncio.ensure_future(pool.infer_scores("m", 1, FEATURES))
+        await asyncio.wait_for(hung.wait(), 1.0)
+        assert not call.done()
+        fakes[A].is_ready = False
+        await pool.refresh()  # A fails its health check
+        answer = await asyncio.wait_for(call, 1.0)
+        assert float(answer[0]) == 2.0 and fakes[B].calls == 1  # answered by B
+        assert pool.retries["lost"] == 1 and A not in pool.healthy
+
+    _run(main())
+
+
+def test_a_call_on_a_server_that_stays_healthy_is_left_to_finish() -> None:
+    async def main() -> None:
+        pool, fakes = _pool(["10.0.0.1", "10.0.0.2"])
+        await pool.refresh()
+        release = asyncio.Event()
+        original = fakes[A].infer_scores
+
+        async def slow(model: str, version: int, features: Any) -> Any:
+            await release.wait()
+            return await original(model, version, features)
+
+        fakes[A].infer_scores = slow  # type: ignore[method-assign]
+        pool._turn = 1
+        call = asyncio.ensure_future(pool.infer_scores("m", 1, FEATURES))
+        await asyncio.sleep(0.01)
+        await pool.refresh()  # A still healthy: its call goes on
+        assert not call.done()
+        release.set()
+        assert float((await call)[0]) == 1.0 and fakes[B].calls == 0 and pool.retries["lost"] == 0
+
+    _run(main())

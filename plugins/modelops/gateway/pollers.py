@@ -93,7 +93,8 @@ class GatewayPollers:
         self.m_triton_retries = r.counter("modelops_gateway_triton_retries_total",
                                           "Triton calls sent again to another server, by reason (unreachable: "
                                           "refused, reset or lost connection or HTTP 503; not_served: the version "
-                                          "is not loaded on the first server).")
+                                          "is not loaded on the first server; lost: the server failed its health "
+                                          "check while the call was in flight, so the call was sent elsewhere).")
 
     def _refresh_gauges(self, now: float) -> None:
         self.m_feature_age.set((), self.features.age_s(now))

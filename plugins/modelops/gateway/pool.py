@@ -18,6 +18,9 @@ like a single client (no background work, nothing skipped, no retry: there is no
   finds it ready again. A refusal of the request itself (HTTP 4xx, a model error, a malformed
   answer: :class:`TritonFailed`) is never retried: another server would refuse it the same way.
   The deadline stays the caller's: a retry only uses what is left of it.
+- **Lost servers.** A call in flight on a server that then fails a health round (killed without
+  closing its connections: no reset ever comes) is abandoned and retried elsewhere
+  (:class:`TritonLost`, reason ``lost``), instead of waiting out the caller's deadline.
 - **Statistics** (the delay split's queue and compute means) are summed over the healthy servers
   (:func:`merge_stats`), so the means are those of every server the gateway spreads requests over.
 """
@@ -46,6 +49,10 @@ from modelops.gateway.inference import (
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
+
+
+class TritonLost(TritonUnreachable):
+    """The server failed its health check while a call was in flight on it (the call was abandoned)."""
 
 
 def retryable(exc: BaseException) -> bool:
@@ -130,7 +137,8 @@ class TritonPool:
         self.clients: dict[str, TritonHTTP] = {}
         self.healthy: set[str] = set()
         self.lacking: dict[tuple[str, str, int], float] = {}  # (server, model, version) -> skipped until
-        self.retries: dict[str, int] = {"unreachable": 0, "not_served": 0}
+        self.retries: dict[str, int] = {"unreachable": 0, "not_served": 0, "lost": 0}
+        self._lost: dict[str, asyncio.Event] = {}  # set when a server leaves the healthy set or the name
         self._turn = 0
         self._task: asyncio.Task[None] | None = None
         if not self.discovered:  # a pool of one: the URL is checked now, as TritonHTTP always did
@@ -177,6 +185,7 @@ class TritonPool:
             log.warning("Triton pool: %s", exc)
             found = tuple(self.clients)
         for gone in set(self.clients) - set(found):
+            self._signal_lost(gone)
             await self.clients.pop(gone).close()
             log.info("Triton pool: %s left", gone)
         for url in found:
@@ -187,9 +196,44 @@ class TritonPool:
         healthy = {url for url, ok in zip(self.clients, ready, strict=True) if ok}
         if healthy != self.healthy:
             log.info("Triton pool: healthy %s of %s", sorted(healthy), sorted(self.clients))
+        for lost in self.healthy - healthy:
+            self._signal_lost(lost)
         self.healthy = healthy
         now = time.monotonic()
         self.lacking = {key: until for key, until in self.lacking.items() if until > now and key[0] in self.clients}
+
+    def _signal_lost(self, url: str) -> None:
+        """Wake the calls in flight on ``url``: it stopped answering its health check (or left the name)."""
+        event = self._lost.pop(url, None)
+        if event is not None:
+            event.set()
+
+    async def _on_server(self, server: str, call: Awaitable[T]) -> T:
+        """``call`` on ``server``, abandoned (:class:`TritonUnreachable`) if the server is lost meanwhile.
+
+        A server killed without closing its connections (SIGKILL, a container's network gone) sends no
+        reset: a call in flight on it would wait out the caller's whole deadline and leave no time for
+        the retry elsewhere (a 504 in the compose Triton-kill test). The health round that finds the
+        server gone ends such calls, so they go to another server within about ``refresh_s`` +
+        ``health_timeout_s``. Inference has no side effects, so an abandoned call answered late costs
+        nothing but the work. A pool of one (no health rounds) waits as a single client does.
+        """
+        task = asyncio.ensure_future(call)
+        if not self.discovered:
+            return await task
+        lost = self._lost.setdefault(server, asyncio.Event())
+        waiter = asyncio.ensure_future(lost.wait())
+        try:
+            await asyncio.wait({task, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the caller's deadline (or shutdown): stop both
+            task.cancel()
+            raise
+        finally:
+            waiter.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        raise TritonLost(f"Triton {server}: failed its health check while the call was in flight")
 
     async def _ready(self, url: str) -> bool:
         try:
@@ -214,9 +258,11 @@ class TritonPool:
         clients = [self.clients[server] for server in order]  # a refresh may drop a server meanwhile
         for attempt, (server, client) in enumerate(zip(order, clients, strict=True)):
             try:
-                return await call(client)
+                return await self._on_server(server, call(client))
             except (TritonUnreachable, VersionNotServed) as exc:
-                if isinstance(exc, TritonUnreachable):
+                if isinstance(exc, TritonLost):
+                    reason = "lost"
+                elif isinstance(exc, TritonUnreachable):
                     self.healthy.discard(server)  # back when a refresh finds it ready
                     reason = "unreachable"
                 else:
@@ -262,4 +308,4 @@ class TritonPool:
         return merge_stats(documents, version)
 
 
-__all__ = ["TritonFailed", "TritonPool", "TritonUnavailable", "attempt_order", "merge_stats", "retryable"]
+__all__ = ["TritonFailed", "TritonLost", "TritonPool", "TritonUnavailable", "attempt_order", "merge_stats", "retryable"]
