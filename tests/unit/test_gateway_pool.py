@@ -271,3 +271,48 @@ def test_a_call_on_a_server_that_stays_healthy_is_left_to_finish() -> None:
         assert float((await call)[0]) == 1.0 and fakes[B].calls == 0 and pool.retries["lost"] == 0
 
     _run(main())
+
+
+def _slow_first(pool: TritonPool, fakes: dict[str, FakeServer], seconds: float) -> None:
+    original = fakes[A].infer_scores
+
+    async def slow(model: str, version: int, features: Any) -> Any:
+        await asyncio.sleep(seconds)
+        return await original(model, version, features)
+
+    fakes[A].infer_scores = slow  # type: ignore[method-assign]
+    pool._turn = 1  # the next call's first choice is A
+
+
+def test_a_call_unanswered_after_the_hedge_delay_is_also_sent_to_the_next_server() -> None:
+    async def main() -> None:
+        pool, fakes = _pool(["10.0.0.1", "10.0.0.2"])
+        pool.hedge_after_s = 0.05
+        await pool.refresh()
+        _slow_first(pool, fakes, 5.0)
+        started = asyncio.get_running_loop().time()
+        answer = await asyncio.wait_for(pool.infer_scores("m", 1, FEATURES), 1.0)
+        assert float(answer[0]) == 2.0 and asyncio.get_running_loop().time() - started < 1.0  # B answered
+        assert pool.retries["hedged"] == 1 and pool._hedges_in_flight == 0
+        assert A in pool.healthy  # a slow server is not a failed one
+
+    _run(main())
+
+
+def test_hedges_are_bounded_and_both_failures_raise_the_first_error() -> None:
+    async def main() -> None:
+        pool, fakes = _pool(["10.0.0.1", "10.0.0.2"])
+        pool.hedge_after_s, pool.max_hedges_in_flight = 0.01, 0
+        await pool.refresh()
+        _slow_first(pool, fakes, 0.1)
+        assert float((await pool.infer_scores("m", 1, FEATURES))[0]) == 1.0  # no budget: A's own answer
+        assert pool.retries["hedged"] == 0 and fakes[B].calls == 0
+        pool.max_hedges_in_flight = 4
+        _slow_first(pool, fakes, 0.1)
+        fakes[A].fail = TritonFailed("HTTP 500: the model failed")
+        fakes[B].fail = TritonFailed("HTTP 500: the model failed on B")
+        with pytest.raises(TritonFailed, match=r"the model failed$"):
+            await pool.infer_scores("m", 1, FEATURES)
+        assert pool.retries["hedged"] == 1
+
+    _run(main())

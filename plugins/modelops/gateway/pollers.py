@@ -94,7 +94,8 @@ class GatewayPollers:
                                           "Triton calls sent again to another server, by reason (unreachable: "
                                           "refused, reset or lost connection or HTTP 503; not_served: the version "
                                           "is not loaded on the first server; lost: the server failed its health "
-                                          "check while the call was in flight, so the call was sent elsewhere).")
+                                          "check while the call was in flight, so the call was sent elsewhere; hedged: "
+                                          "unanswered after 0.5 s, also sent to the next server).")
 
     def _refresh_gauges(self, now: float) -> None:
         self.m_feature_age.set((), self.features.age_s(now))

@@ -21,6 +21,11 @@ like a single client (no background work, nothing skipped, no retry: there is no
 - **Lost servers.** A call in flight on a server that then fails a health round (killed without
   closing its connections: no reset ever comes) is abandoned and retried elsewhere
   (:class:`TritonLost`, reason ``lost``), instead of waiting out the caller's deadline.
+- **Hedge.** A call unanswered after ``hedge_after_s`` (0.5 s; the median call takes milliseconds)
+  is also sent to the next server and the first answer wins (a "hedged request", Dean and Barroso,
+  "The Tail at Scale", 2013): a server that restarted and is still starting its python stubs on a
+  loaded machine answers late, not wrong. Inference has no side effects; at most
+  ``max_hedges_in_flight`` (4) second calls run at once, so an overloaded pool is not doubled.
 - **Statistics** (the delay split's queue and compute means) are summed over the healthy servers
   (:func:`merge_stats`), so the means are those of every server the gateway spreads requests over.
 """
@@ -83,6 +88,17 @@ def attempt_order(servers: Sequence[str], healthy: frozenset[str] | set[str], la
     return tuple((rotated + others)[:2])
 
 
+async def _first_answer(first: asyncio.Future[T], second: asyncio.Future[T]) -> T:
+    """The first of two calls to answer; when both fail, the first call's error."""
+    pending: set[asyncio.Future[T]] = {first, second}
+    while pending:
+        done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            if task.exception() is None:
+                return task.result()
+    raise first.exception() or second.exception() or ServingError("no answer")  # both failed
+
+
 def merge_stats(documents: Sequence[Mapping[str, Any]], version: int) -> dict[str, Any]:
     """One statistics document of ``version`` whose counters are the sums over several servers.
 
@@ -121,11 +137,13 @@ class TritonPool:
         not_served_hold_s: how long a server that lacked a version is skipped for it.
         resolve: the DNS lookup (tests give their own).
         max_idle / connect_timeout_s: per-server client settings (:class:`TritonHTTP`).
+        hedge_after_s: a call unanswered this long is also sent to the next server; the first answer wins.
+        max_hedges_in_flight: at most this many such second calls at once (an overloaded pool is not doubled).
     """
 
     def __init__(self, url: str, *, refresh_s: float = 1.0, health_timeout_s: float = 0.5,
                  not_served_hold_s: float = 2.0, resolve: Resolve = resolve_ipv4, max_idle: int = 64,
-                 connect_timeout_s: float = 1.0) -> None:
+                 connect_timeout_s: float = 1.0, hedge_after_s: float = 0.5, max_hedges_in_flight: int = 4) -> None:
         self.url = url
         self.discovered = is_discovered(url)
         self.refresh_s = refresh_s
@@ -134,10 +152,13 @@ class TritonPool:
         self.resolve = resolve
         self.max_idle = max_idle
         self.connect_timeout_s = connect_timeout_s
+        self.hedge_after_s = hedge_after_s
+        self.max_hedges_in_flight = max_hedges_in_flight
+        self._hedges_in_flight = 0
         self.clients: dict[str, TritonHTTP] = {}
         self.healthy: set[str] = set()
         self.lacking: dict[tuple[str, str, int], float] = {}  # (server, model, version) -> skipped until
-        self.retries: dict[str, int] = {"unreachable": 0, "not_served": 0, "lost": 0}
+        self.retries: dict[str, int] = {"unreachable": 0, "not_served": 0, "lost": 0, "hedged": 0}
         self._lost: dict[str, asyncio.Event] = {}  # set when a server leaves the healthy set or the name
         self._turn = 0
         self._task: asyncio.Task[None] | None = None
@@ -251,28 +272,59 @@ class TritonPool:
                    if m == model and v == version and until > now}
         return attempt_order(tuple(self.clients), self.healthy, lacking, self._turn)
 
+    def _note_failure(self, server: str, model: str, version: int, exc: BaseException) -> str | None:
+        """Book a failed call on ``server``; returns the retry reason, None when another server would fail too."""
+        if isinstance(exc, TritonLost):
+            return "lost"
+        if isinstance(exc, TritonUnreachable):
+            self.healthy.discard(server)  # back when a refresh finds it ready
+            return "unreachable"
+        if isinstance(exc, VersionNotServed):
+            self.lacking[(server, model, version)] = time.monotonic() + self.not_served_hold_s
+            return "not_served"
+        return None
+
+    async def _attempt(self, server: str, model: str, version: int, call: Awaitable[T]) -> T:
+        try:
+            return await self._on_server(server, call)
+        except (TritonUnreachable, VersionNotServed) as exc:
+            self._note_failure(server, model, version, exc)
+            raise
+
     async def _call(self, model: str, version: int, call: Callable[[TritonHTTP], Awaitable[T]]) -> T:
         order = self.order(model, version)
         if not order:
             raise TritonUnreachable(f"Triton {self.url}: no server found (is the service up?)")
         clients = [self.clients[server] for server in order]  # a refresh may drop a server meanwhile
-        for attempt, (server, client) in enumerate(zip(order, clients, strict=True)):
+        first = asyncio.ensure_future(self._attempt(order[0], model, version, call(clients[0])))
+        if len(order) < 2:
+            return await first
+        second: asyncio.Future[T] | None = None
+        hedged = False
+        try:
+            await asyncio.wait({first}, timeout=self.hedge_after_s)
+            if not first.done() and self._hedges_in_flight < self.max_hedges_in_flight:
+                hedged = True
+                self._hedges_in_flight += 1
+                self.retries["hedged"] += 1
+                log.info("Triton %s: no answer after %.0f ms, also asking %s", order[0],
+                         self.hedge_after_s * 1000, order[1])
+                second = asyncio.ensure_future(self._attempt(order[1], model, version, call(clients[1])))
+                return await _first_answer(first, second)
             try:
-                return await self._on_server(server, call(client))
+                return await first
             except (TritonUnreachable, VersionNotServed) as exc:
-                if isinstance(exc, TritonLost):
-                    reason = "lost"
-                elif isinstance(exc, TritonUnreachable):
-                    self.healthy.discard(server)  # back when a refresh finds it ready
-                    reason = "unreachable"
-                else:
-                    self.lacking[(server, model, version)] = time.monotonic() + self.not_served_hold_s
-                    reason = "not_served"
-                if attempt + 1 >= len(order):
-                    raise
+                reason = self._note_failure(order[0], model, version, exc) or "unreachable"
                 self.retries[reason] += 1
-                log.info("Triton %s failed (%s), retrying on %s: %s", server, reason, order[attempt + 1], exc)
-        raise AssertionError("unreachable: the loop returns or raises")  # pragma: no cover
+                log.info("Triton %s failed (%s), retrying on %s: %s", order[0], reason, order[1], exc)
+            second = asyncio.ensure_future(self._attempt(order[1], model, version, call(clients[1])))
+            return await second
+        finally:
+            for task in (first, second):
+                if task is not None and not task.done():
+                    task.cancel()
+            if hedged:
+                self._hedges_in_flight -= 1
 
     async def infer_scores(self, model: str, version: int,
                            features: npt.NDArray[np.float32]) -> npt.NDArray[np.float32]:
