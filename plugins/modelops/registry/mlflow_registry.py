@@ -149,6 +149,17 @@ class MlflowRegistry:
         )
         return Path(local)
 
+    def download_model(self, name: str, version: str | int, dst: Path) -> Path:
+        """Download the MLflow model ``models:/<name>/<version>`` (its ``MLmodel`` folder) into ``dst``."""
+        import mlflow.artifacts
+
+        local = self._call(
+            f"download models:/{name}/{version}",
+            lambda: mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst),
+                                                        tracking_uri=self.tracking_uri),
+        )
+        return Path(local)
+
     def model_names(self) -> list[str]:
         """Every registered model's name, sorted."""
         found = self._call("list registered models", lambda: self.client.search_registered_models(max_results=1000))

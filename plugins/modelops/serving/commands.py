@@ -10,6 +10,8 @@ from modelops.names import cli_model_name
 
 
 def _publish(args: argparse.Namespace) -> int:
+    if args.from_spec:
+        return _publish_from_spec(args)
     from modelops.serving.publisher import publish_version
 
     result = publish_version(args.model, args.version, triton_name=args.triton_name, load=not args.no_load)
@@ -17,6 +19,22 @@ def _publish(args: argparse.Namespace) -> int:
         "model": result.model, "triton_version": result.triton_version, "sha256": result.sha256,
         "uploaded": result.uploaded, "loaded": result.loaded, "repository_uri": result.repository_uri,
         "mlflow_version": result.mlflow_version,
+    }, indent=2))
+    return 0
+
+
+def _publish_from_spec(args: argparse.Namespace) -> int:
+    from modelops.errors import ConfigError
+    from modelops.serving.spec_publish import publish_model
+
+    if args.triton_name or args.no_load:
+        raise ConfigError("--from-spec: the Triton name is the registered model's and the version is always loaded "
+                          "and verified (drop --triton-name / --no-load)")
+    result = publish_model(args.model, args.version)
+    print(json.dumps({
+        "model": result.model, "triton_version": result.triton_version, "sha256": result.sha256,
+        "uploaded": result.uploaded, "max_abs_diff": result.max_abs_diff, "spec_uri": result.spec_uri,
+        "timings_s": {k: round(v, 3) for k, v in result.timings_s.items()},
     }, indent=2))
     return 0
 
@@ -162,6 +180,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     publish.add_argument("--triton-name", default=None, type=cli_model_name,
                          help="Triton pipeline name if not the model name")
     publish.add_argument("--no-load", action="store_true", help="upload and mirror only, do not load")
+    publish.add_argument("--from-spec", action="store_true",
+                         help="any MLflow model (onnx, sklearn flavors): derive its model spec, convert and "
+                              "parity-check, publish as one Triton model, verify Triton's answers against the "
+                              "model's own on its evaluation sample")
     publish.set_defaults(func=_publish)
 
     load = sub.add_parser("load", help="serve a published Triton version beside those already served")

@@ -265,11 +265,12 @@ def config_mismatches(expected: Mapping[str, Any], actual: Mapping[str, Any]) ->
             same(f"{kind} {tensor['name']}.dims", tensor["dims"], have.get("dims"))
             if tensor.get("optional"):
                 same(f"{kind} {tensor['name']}.optional", True, have.get("optional", False))
-    want_b, got_b = exp.get("dynamic_batching", {}), act.get("dynamic_batching") or {}
-    same("dynamic_batching.max_queue_delay_microseconds", want_b.get("max_queue_delay_microseconds"),
-         got_b.get("max_queue_delay_microseconds", 0))
-    same("dynamic_batching.preferred_batch_size", want_b.get("preferred_batch_size"),
-         got_b.get("preferred_batch_size", []))
+    if "dynamic_batching" in exp:  # none rendered: the model does not batch, Triton's own default stands
+        want_b, got_b = exp["dynamic_batching"], act.get("dynamic_batching") or {}
+        same("dynamic_batching.max_queue_delay_microseconds", want_b.get("max_queue_delay_microseconds"),
+             got_b.get("max_queue_delay_microseconds", 0))
+        same("dynamic_batching.preferred_batch_size", want_b.get("preferred_batch_size"),
+             got_b.get("preferred_batch_size", []))
     want_groups = [(g["kind"], g["count"]) for g in exp.get("instance_group", [])]
     got_groups = [(g.get("kind"), g.get("count")) for g in act.get("instance_group", [])]
     same("instance_group", want_groups, got_groups)

@@ -23,6 +23,7 @@ Array = npt.NDArray[Any]
 
 _NP_TO_TRITON: dict[np.dtype[Any], str] = {
     np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64", np.dtype(np.int64): "INT64",
+    np.dtype(np.int32): "INT32", np.dtype(np.bool_): "BOOL",
 }
 _TRITON_TO_NP: dict[str, np.dtype[Any]] = {v: k for k, v in _NP_TO_TRITON.items()}
 

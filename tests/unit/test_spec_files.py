@@ -1,0 +1,72 @@
+"""The files of a spec-published Triton version (pure)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from modelops.errors import ServingError
+from modelops.modelspec.spec import ModelSpec
+from modelops.serving.modelinfo import ModelInfo
+from modelops.serving.spec_files import served_spec, spec_bytes, spec_release_files, version_sha256
+
+SPEC = ModelSpec.from_dict({
+    "name": "cancer", "flavor": "sklearn",
+    "inputs": [{"name": "input", "dtype": "FP32", "shape": [-1, 30]}],
+    "outputs": [{"name": "probabilities", "dtype": "FP32", "shape": [-1, 2]}],
+    "features": [{"name": f"f {i}", "dtype": "FP64"} for i in range(30)],
+    "source": {"model_uri": "models:/cancer/1", "run_id": "abc"},
+})
+
+
+def _info(version: int) -> ModelInfo:
+    return ModelInfo(model="cancer", triton_version=version, sha256="s", files_sha256={}, mlflow_model_uri="",
+                     mlflow_version="1", run_id="", data_start=None, data_end=None, features=(), owner="",
+                     created_at="2026-12-03T00:00:00+00:00", code_revision=None)
+
+
+def test_the_files_of_a_version_on_a_python_only_server() -> None:
+    files = spec_release_files(SPEC, 3, b"graph", _info(3), server_backend="python")
+    assert sorted(files) == ["cancer/3/model-info.json", "cancer/3/model-spec.json", "cancer/3/model.onnx",
+                             "cancer/3/model.py", "cancer/config.pbtxt"]
+    config = files["cancer/config.pbtxt"].decode()
+    assert 'backend: "python"' in config and "dims: [ 30 ]" in config and "max_batch_size: 64" in config
+    assert json.loads(files["cancer/3/model-spec.json"])["backend"] is None  # the user's declaration is kept
+    assert b"ort.InferenceSession" in files["cancer/3/model.py"]
+
+
+def test_an_onnxruntime_server_gets_no_runner() -> None:
+    files = spec_release_files(SPEC, 1, b"graph", _info(1), server_backend="onnxruntime")
+    assert "cancer/1/model.py" not in files and b'backend: "onnxruntime"' in files["cancer/config.pbtxt"]
+    assert served_spec(SPEC, "onnxruntime") is SPEC
+
+
+def test_the_identity_covers_graph_and_spec_but_not_where_it_came_from() -> None:
+    import msgspec
+
+    moved = msgspec.structs.replace(SPEC, source=type(SPEC.source)(model_uri="models:/cancer/2", run_id="def"))
+    retuned = ModelSpec.from_dict({**SPEC.to_dict(), "tuning": {"max_batch_size": 32}})
+    assert version_sha256(b"graph", SPEC) == version_sha256(b"graph", moved)
+    assert version_sha256(b"graph", SPEC) != version_sha256(b"other", SPEC)
+    assert version_sha256(b"graph", SPEC) != version_sha256(b"graph", retuned)
+    assert ModelSpec.from_json(spec_bytes(SPEC)) == SPEC
+
+
+def test_model_info_of_another_version_is_refused() -> None:
+    with pytest.raises(ServingError, match="model-info says version 2, building 3"):
+        spec_release_files(SPEC, 3, b"graph", _info(2), server_backend="python")
+
+
+def test_a_model_without_batching_is_not_compared_with_a_batcher_it_does_not_have() -> None:
+    from modelops.modelspec.render import config_json
+    from modelops.serving.pbtxt import config_mismatches
+
+    unbatched = ModelSpec.from_dict({**SPEC.to_dict(), "inputs": [{"name": "input", "dtype": "FP32", "shape": [4, 30]}],
+                                     "outputs": [{"name": "probabilities", "dtype": "FP32", "shape": [4, 2]}],
+                                     "tuning": {"max_batch_size": 0, "dynamic_batching": None}})
+    expected = config_json(unbatched)
+    reported = {**expected, "dynamic_batching": None}
+    assert "dynamic_batching" not in expected and config_mismatches(expected, reported) == []
+    batched = config_json(SPEC)
+    assert config_mismatches(batched, {**batched, "dynamic_batching": None}) != []  # a missing batcher is caught
