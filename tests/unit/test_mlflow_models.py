@@ -127,3 +127,16 @@ def test_a_raw_onnx_model_with_two_inputs_of_different_dtypes_keeps_its_tensors(
     x, ids = prepared.sample["x"], prepared.sample["ids"]
     np.testing.assert_allclose(prepared.expected["total"], x.sum(axis=1, keepdims=True) * ids, rtol=1e-5)
     np.testing.assert_array_equal(prepared.expected["shifted"], ids + 1)
+
+
+def test_the_same_model_converts_to_the_same_bytes(cancer: tuple[pd.DataFrame, np.ndarray]) -> None:
+    """Publishing one MLflow version twice must give one Triton version (skl2onnx names graphs with a uuid)."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    from modelops.modelspec.convert import convert_sklearn
+
+    x, y = cancer
+    model = make_pipeline(StandardScaler(), LogisticRegression(max_iter=500)).fit(x, y)
+    assert convert_sklearn(model, 30) == convert_sklearn(model, 30)

@@ -91,7 +91,10 @@ def convert_sklearn(model: Any, n_features: int, *, dtype: str = "FP32", target_
     tensor_type = FloatTensorType if dtype == "FP32" else DoubleTensorType
     options = {id(model): {"zipmap": False}} if is_classifier(model) else None
     try:
-        onx = skl_convert(model, initial_types=[(INPUT_NAME, tensor_type([None, n_features]))], options=options,
+        # name: skl2onnx names the graph with a random uuid otherwise, and the same model would convert to
+        # other bytes (another sha256, another Triton version) at every publish
+        onx = skl_convert(model, name=f"modelops_{type(model).__name__}",
+                          initial_types=[(INPUT_NAME, tensor_type([None, n_features]))], options=options,
                           target_opset=target_opset)
     except Exception as exc:  # skl2onnx raises many types (RuntimeError, MissingShapeCalculator, ...)
         raise ContractError(f"skl2onnx cannot convert {type(model).__name__}: {type(exc).__name__}: {exc}") from exc

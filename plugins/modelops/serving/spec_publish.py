@@ -18,6 +18,7 @@ gateway) needs the per-model edge of the companion issue and is not wired yet.
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 import time
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import msgspec
 import numpy as np
 
 from modelops.config import Settings, settings
@@ -33,7 +35,7 @@ from modelops.errors import ServingError
 from modelops.modelspec.convert import PROBABILITY_TOLERANCE, REGRESSION_TOLERANCE
 from modelops.modelspec.derive import TAG_PREFIX
 from modelops.modelspec.render import config_json
-from modelops.modelspec.spec import ModelSpec
+from modelops.modelspec.spec import ModelSpec, Source
 from modelops.objectstore import ObjectStore
 from modelops.serving.holds import write_hold
 from modelops.serving.index_store import allocate_version, model_lock
@@ -187,6 +189,9 @@ def publish_model(name: str, mlflow_version: str | int, *, cfg: Settings | None 
         table = _eval_table(registry, info.run_id, Path(tmp)) if info.run_id else None
         tags = {k: v for k, v in registry.model_tags(name).items() if k.startswith(TAG_PREFIX)}
         prepared = prepare_model(model_dir, name, overrides={**tags, **(overrides or {})}, eval_table=table)
+    # where it came from is the registry's name for it, not the temporary download folder
+    source = Source(model_uri=info.uri, run_id=info.run_id)
+    prepared = dataclasses.replace(prepared, spec=msgspec.structs.replace(prepared.spec, source=source))
     prepare_s = time.perf_counter() - started
     result = publish_prepared(prepared, mlflow_model_uri=info.uri, mlflow_version=info.version,
                               run_id=info.run_id, cfg=cfg)
