@@ -39,6 +39,7 @@ from modelops.features import feature_names, load_features
 from modelops.gateway.accesslog import BufferedLineHandler, direct_sink
 from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
 from modelops.gateway.delay import LoopLag, RequestTiming, TritonDelays, origin
+from modelops.gateway.edge import EdgeServing
 from modelops.gateway.eventlog import (
     EventLogs,
     SpoolConfig,
@@ -76,14 +77,14 @@ from modelops.objectstore import ObjectStore
 log = logging.getLogger(__name__)
 access_log = logging.getLogger("modelops.gateway.access")
 
-_PREDICT = re.compile(r"^/v1/models/([A-Za-z0-9_.-]{1,128})/predict$")
+_PREDICT = re.compile(r"^/v1/models/([A-Za-z0-9_.-]{1,128})/(?:predict|invocations)$")
 _REQUEST_ID = re.compile(r"^[\x21-\x7e]{1,128}$")
 _KNOWN_PATHS = frozenset({"/v1/feedback", "/metrics", "/healthz", "/v1/routes", "/openapi.json"})
 _JSON_ENCODE = msgspec.json.Encoder().encode
 _JSON_DECODE = msgspec.json.Decoder().decode
 
 
-class Gateway(GatewayPollers):
+class Gateway(GatewayPollers, EdgeServing):
     """The ASGI application. Build with :func:`create_app`."""
 
     def __init__(self, cfg: Settings, options: GatewayOptions) -> None:
@@ -115,6 +116,7 @@ class Gateway(GatewayPollers):
         self.sampling = ScoredSampling(cfg.sample_share, cfg.sample_max_per_s)
         self.watch = CollapseWatch(options.collapse_threshold, options.collapse_hold_s, options.collapse_min_scores)
         self._tasks: list[asyncio.Task[None]] = []
+        self._init_edge()
         self._init_metrics()
         self.precomputed.register(self.registry)
 
@@ -123,17 +125,21 @@ class Gateway(GatewayPollers):
         await self.logs.start()
         await self.triton.start()
         await asyncio.to_thread(self.features.refresh)
-        await asyncio.to_thread(self._poll_routes_once)
+        await asyncio.to_thread(self._poll_routes_and_specs)
         await asyncio.to_thread(self._refresh_precomputed)
         loop = asyncio.get_running_loop()
         self._tasks = [
-            loop.create_task(self._every(self.options.routes_poll_s, self._poll_routes_once), name="routes"),
+            loop.create_task(self._every(self.options.routes_poll_s, self._poll_routes_and_specs), name="routes"),
             loop.create_task(self._every(self.options.features_poll_s, self.features.refresh), name="features"),
             loop.create_task(self._every(self.cfg.precomputed_poll_s, self._refresh_precomputed), name="precomputed"),
             loop.create_task(self._watch_loop(), name="collapse-watch"),
             loop.create_task(self._triton_stats_loop(), name="triton-stats"),
             loop.create_task(self._loop_lag_probe(), name="loop-lag"),
         ]
+
+    def _poll_routes_and_specs(self) -> None:
+        self._poll_routes_once()
+        self._refresh_edge_models()  # the spec of each newly routed version (modelops.gateway.edge)
 
     def _refresh_precomputed(self) -> None:
         self.precomputed.refresh(list(self.routes.values()))  # the routed versions' newest snapshots
@@ -163,6 +169,8 @@ class Gateway(GatewayPollers):
         try:
             if method == "POST" and path.startswith("/v1/models/"):
                 await self._predict(path, headers, request_id, receive, send, scope.get("query_string", b""))
+            elif path == "/v2" or path.startswith("/v2/"):  # the Open Inference Protocol (gateway.edge)
+                await self._oip(method, path, headers, request_id, lambda: self._read_body(headers, receive), send)
             elif path == "/v1/feedback" and method == "POST":
                 await self._feedback(headers, request_id, receive, send)
             elif method == "GET" and path == "/metrics":
@@ -231,6 +239,14 @@ class Gateway(GatewayPollers):
                                                        and content_type.endswith("+json")):
             raise error(415, "unsupported_media_type",
                          f"content type must be application/json, got {content_type or 'none'!r}")
+        body = await self._read_body(headers, receive)
+        try:
+            return _JSON_DECODE(body), len(body)
+        except (msgspec.DecodeError, ValueError) as exc:
+            raise error(400, "invalid_json", f"body is not valid JSON: {exc}", field="$", rule="json") from exc
+
+    async def _read_body(self, headers: dict[str, str], receive: Receive) -> bytes:
+        """The whole body, refused (413) as soon as its declared or streamed size passes the limit."""
         limit = self.options.max_body_bytes
         declared = headers.get("content-length")
         if declared is not None:
@@ -251,11 +267,7 @@ class Gateway(GatewayPollers):
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
-        body = chunks[0] if len(chunks) == 1 else b"".join(chunks)
-        try:
-            return _JSON_DECODE(body), size
-        except (msgspec.DecodeError, ValueError) as exc:
-            raise error(400, "invalid_json", f"body is not valid JSON: {exc}", field="$", rule="json") from exc
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
     def _deadline_s(self, headers: dict[str, str]) -> float:
         maximum = self.options.max_deadline_ms
@@ -295,6 +307,14 @@ class Gateway(GatewayPollers):
             raise error(404, "unknown_model", f"unknown model {model or path!r}: no routes document "
                                                f"routes/{model}.json")
         labels_model = (("model", model),)
+        if self._spec_routed(routes):  # a model served from its spec: the tabular form (gateway.edge)
+            try:
+                document, size = await self._read_json(headers, receive)
+            except HTTPError:
+                self.m_errors.inc((*labels_model, ("version", "none"), ("class", "contract")))
+                raise
+            await self._predict_tabular(path, routes, document, size, headers, request_id, send, timing)
+            return
         try:
             document, size = await self._read_json(headers, receive)
             violation = self.contract.validate(document)

@@ -32,7 +32,11 @@ import numpy.typing as npt
 from modelops.errors import ServingError
 
 _UNAVAILABLE_HINTS = ("unknown model", "not found", "not ready", "unavailable", "is not loaded")
-_DATATYPES = {np.dtype(np.float32).str: "FP32", np.dtype(np.int64).str: "INT64"}
+NUMPY_DATATYPES: dict[str, np.dtype[Any]] = {
+    "FP32": np.dtype("<f4"), "FP64": np.dtype("<f8"), "INT32": np.dtype("<i4"), "INT64": np.dtype("<i8"),
+    "BOOL": np.dtype("|b1")}
+"""The Open Inference Protocol datatypes the gateway carries, as little-endian numpy dtypes."""
+_DATATYPES = {dtype.str: name for name, dtype in NUMPY_DATATYPES.items()}
 
 
 class TritonUnavailable(ServingError):
@@ -133,8 +137,20 @@ class TritonHTTP:
         status, headers, body = await self._exchange(self._request(model, version, inputs, output))
         return _parse_output(status, headers, body, f"Triton {model} v{version}", output)
 
+    async def infer_tensors(self, model: str, version: int, inputs: tuple[tuple[str, npt.NDArray[Any]], ...],
+                            outputs: tuple[str, ...]) -> dict[str, npt.NDArray[Any]]:
+        """The named ``outputs`` (shaped as Triton answers) for ``inputs`` of any :data:`NUMPY_DATATYPES`.
+
+        Raises:
+            TritonUnavailable: unreachable, or the version is not loaded.
+            TritonFailed: Triton refused the request or answered something unreadable.
+        """
+        sent = tuple((name, np.ascontiguousarray(data, dtype=data.dtype.newbyteorder("<"))) for name, data in inputs)
+        status, headers, body = await self._exchange(self._request(model, version, sent, outputs))
+        return parse_tensors(status, headers, body, f"Triton {model} v{version}", outputs)
+
     def _request(self, model: str, version: int, inputs: tuple[tuple[str, npt.NDArray[Any]], ...],
-                 output: str) -> bytes:
+                 output: str | tuple[str, ...]) -> bytes:
         """The whole HTTP request; its head and JSON header depend only on the shape, so they are cached."""
         key = (model, version, output, *((name, data.shape, data.dtype.str) for name, data in inputs))
         head = self._heads.get(key)
@@ -145,11 +161,12 @@ class TritonHTTP:
         return b"".join((head, *(data.tobytes() for _, data in inputs)))
 
     def _head(self, model: str, version: int, inputs: tuple[tuple[str, npt.NDArray[Any]], ...],
-              output: str) -> bytes:
+              output: str | tuple[str, ...]) -> bytes:
         header = json.dumps({
             "inputs": [{"name": name, "shape": list(data.shape), "datatype": _DATATYPES[data.dtype.str],
                         "parameters": {"binary_data_size": data.nbytes}} for name, data in inputs],
-            "outputs": [{"name": output, "parameters": {"binary_data": True}}],
+            "outputs": [{"name": name, "parameters": {"binary_data": True}}
+                        for name in ((output,) if isinstance(output, str) else output)],
         }, separators=(",", ":")).encode()
         size = len(header) + sum(data.nbytes for _, data in inputs)
         head = (
@@ -297,4 +314,38 @@ def _parse_output(status: int, headers: dict[str, str], body: bytes, where: str,
             return np.frombuffer(body, dtype=np.float32, count=int(size) // 4, offset=json_length)
         return np.asarray(output["data"], dtype=np.float32).reshape(-1)
     except (ValueError, KeyError, StopIteration, TypeError) as exc:
+        raise TritonFailed(f"{where}: malformed answer ({exc})") from exc
+
+
+def parse_tensors(status: int, headers: dict[str, str], body: bytes, where: str,
+                  names: tuple[str, ...]) -> dict[str, npt.NDArray[Any]]:
+    """The outputs ``names`` of an answer of Triton's infer endpoint, each with its datatype and shape."""
+    if status != 200:
+        try:
+            message = str(json.loads(body).get("error", body[:300]))
+        except (ValueError, AttributeError):
+            message = body[:300].decode("utf-8", "replace")
+        raise _refusal(status, message, where)
+    json_length = int(headers.get("inference-header-content-length", len(body)))
+    try:
+        doc: Any = json.loads(body[:json_length])
+        offset, found = json_length, {}
+        for output in doc["outputs"]:  # binary outputs follow the JSON header in the order listed
+            dtype = NUMPY_DATATYPES.get(output["datatype"])
+            if dtype is None:
+                raise TritonFailed(f"{where}: output {output['name']} is {output['datatype']}, which the "
+                                   f"gateway does not carry (one of {sorted(NUMPY_DATATYPES)})")
+            shape = tuple(int(d) for d in output["shape"])
+            size = output.get("parameters", {}).get("binary_data_size")
+            if size is not None:
+                data = np.frombuffer(body, dtype=dtype, count=int(size) // dtype.itemsize, offset=offset)
+                offset += int(size)
+            else:
+                data = np.asarray(output["data"], dtype=dtype)
+            found[output["name"]] = data.reshape(shape)
+        missing = [n for n in names if n not in found]
+        if missing:
+            raise TritonFailed(f"{where}: no output {missing} in the answer (got {sorted(found)})")
+        return {n: found[n] for n in names}
+    except (ValueError, KeyError, TypeError) as exc:
         raise TritonFailed(f"{where}: malformed answer ({exc})") from exc

@@ -336,6 +336,11 @@ class TritonPool:
         """:meth:`TritonHTTP.infer_output` on one server, once more on another if that server failed."""
         return await self._call(model, version, lambda c: c.infer_output(model, version, inputs, output))
 
+    async def infer_tensors(self, model: str, version: int, inputs: tuple[tuple[str, npt.NDArray[Any]], ...],
+                            outputs: tuple[str, ...]) -> dict[str, npt.NDArray[Any]]:
+        """:meth:`TritonHTTP.infer_tensors` on one server, once more on another if that server failed."""
+        return await self._call(model, version, lambda c: c.infer_tensors(model, version, inputs, outputs))
+
     async def version_config(self, model: str, version: int) -> dict[str, Any]:
         return await self._call(model, version, lambda c: c.version_config(model, version))
 

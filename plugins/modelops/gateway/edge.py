@@ -1,0 +1,316 @@
+"""The gateway's edge for models served from their spec: the tabular form and the Open Inference Protocol v2.
+
+A mixin of :class:`modelops.gateway.app.Gateway`. After each routes poll the spec of every routed
+version is read once (``triton/repository/<model>/<N>/model-spec.json``, written by
+:mod:`modelops.serving.spec_publish`) and compiled (:func:`modelops.gateway.forms.edge_model`); a
+version without one is the reference recommender, served by its feature-lookup path and, on the
+Open Inference Protocol, by its spec (:func:`modelops.modelspec.recommender.recommender_spec`: FP32
+``features`` in, ``score`` out).
+
+The version that serves a request is chosen first (by the spec's routing key, the value of the
+first row; a model without one is split by request id, not sticky), and **that version's contract
+judges the request**: during a release whose canary changed its signature, a caller routed to the
+canary is judged by the canary's contract. A rejected request never reaches Triton.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import msgspec
+import numpy.typing as npt
+
+from modelops.documents.routes import Routes, VersionRef, choose_version, routed_versions, user_hash
+from modelops.errors import ContractError, ObjectStoreError
+from modelops.gateway.delay import RequestTiming, origin
+from modelops.gateway.eventlog import prediction_record
+from modelops.gateway.forms import BadInput, EdgeModel, Inputs, edge_model, predictions, summary, tabular_inputs
+from modelops.gateway.http import HTTPError, Send, error, respond, respond_json
+from modelops.gateway.inference import TritonFailed, TritonUnavailable
+from modelops.gateway.metrics import ScoreWindow
+from modelops.gateway.oip import infer_answer, model_metadata, parse_infer
+from modelops.gateway.spool import SpoolFull
+from modelops.gateway.tokens import TokenClaims, issue_token
+from modelops.modelspec.recommender import recommender_spec
+from modelops.modelspec.spec import ModelSpec
+from modelops.serving.repository import REPOSITORY_PREFIX
+from modelops.serving.spec_files import SPEC_FILE
+
+log = logging.getLogger(__name__)
+OIP_MODEL = re.compile(r"^/v2/models/([A-Za-z0-9_.-]{1,128})(/ready|/infer)?$")
+_JSON_ENCODE = msgspec.json.Encoder().encode
+_JSON_DECODE = msgspec.json.Decoder().decode
+
+
+class EdgeServing:
+    """Spec-served models at the edge (mixed into the Gateway; the attributes are the Gateway's)."""
+
+    store: Any
+    routes: dict[str, Routes]
+    routes_loaded: bool
+    triton: Any
+    secret: bytes
+    logs: Any
+    windows: dict[tuple[str, int], ScoreWindow]
+    options: Any
+    m_requests: Any
+    m_errors: Any
+    m_latency: Any
+    m_latency_origin: Any
+    _access: Callable[..., None]
+    _deadline_s: Callable[[dict[str, str]], float]
+    _unavailable: Callable[[str, str], HTTPError]
+
+    def _init_edge(self) -> None:
+        self.edge_models: dict[tuple[str, int], EdgeModel | None] = {}  # None: the recommender's pipeline
+        self._recommender_edge: dict[str, EdgeModel] = {}
+
+    # ------------------------------------------------------------------ specs of the routed versions
+    def _refresh_edge_models(self) -> None:
+        """Read and compile the spec of each routed version not seen yet; forget versions no longer routed."""
+        wanted = {(m, v) for m, r in self.routes.items() for v in routed_versions(r)}
+        known = {k: v for k, v in self.edge_models.items() if k in wanted}
+        for model, version in sorted(wanted - set(known)):
+            key = f"{REPOSITORY_PREFIX}{model}/{version}/{SPEC_FILE}"
+            try:
+                if not self.store.exists(key):
+                    known[(model, version)] = None
+                    continue
+                known[(model, version)] = edge_model(ModelSpec.from_json(self.store.get_bytes(key)))
+                log.info("spec of %s v%d compiled for the edge", model, version)
+            except (ObjectStoreError, ContractError) as exc:  # tried again at the next poll
+                log.warning("spec %s unusable: %s", key, exc)
+        self.edge_models = known  # one assignment, as the routes table
+
+    def _edge_of(self, model: str, version: VersionRef) -> EdgeModel:
+        """The version's compiled spec; the recommender's for a version published by its pipeline."""
+        found = self.edge_models.get((model, version.version))
+        if found is not None:
+            return found
+        edge = self._recommender_edge.get(model)
+        if edge is None:
+            edge = self._recommender_edge[model] = edge_model(msgspec.structs.replace(recommender_spec(),
+                                                                                        name=model))
+        return edge
+
+    def _spec_routed(self, routes: Routes) -> bool:
+        """Whether the model is served from its spec in the tabular form (its stable version has a spec)."""
+        found = self.edge_models.get((routes.model, routes.stable.version))
+        return found is not None and found.tabular
+
+    # ------------------------------------------------------------------ the tabular form
+    async def _predict_tabular(self, path: str, routes: Routes, document: Any, size: int, headers: dict[str, str],
+                               request_id: str, send: Send, timing: RequestTiming) -> None:
+        model = routes.model
+        stable = self._edge_of(model, routes.stable)
+        key_value = _routing_value(stable, document)
+        version = choose_version(routes, key_value if key_value is not None else request_id)
+        edge = self._edge_of(model, version)
+        labels = (("model", model), ("version", str(version.version)))
+        try:
+            violation = edge.check(document, "$")
+            if violation is not None:
+                raise HTTPError(400, violation.to_body())
+            try:
+                inputs, rows, key_value = tabular_inputs(edge, document)
+            except BadInput as exc:
+                raise HTTPError(400, exc.violation.to_body()) from exc
+            deadline_s = self._deadline_s(headers)
+        except HTTPError:
+            self.m_errors.inc((("model", model), ("version", "none"), ("class", "contract")))
+            raise
+        outputs = await self._infer(routes, version, labels, inputs, edge.output_names, deadline_s, timing)
+        token, variant = await self._log_prediction(routes, version, labels, key_value, rows, outputs, request_id,
+                                                    timing)
+        answer = {"predictions": predictions(outputs), "request_id": request_id, "model": model,
+                  "model_version": version.version, "model_id": version.label, "variant": variant,
+                  "feedback_token": token}
+        await respond(send, 200, _JSON_ENCODE(answer), request_id, self._answer_headers(version, token, timing))
+        self._answered(path, request_id, labels, version, variant, timing, size, rows)
+
+    # ------------------------------------------------------------------ the Open Inference Protocol
+    async def _oip(self, method: str, path: str, headers: dict[str, str], request_id: str,
+                   read_body: Callable[[], Any], send: Send) -> None:
+        if path in ("/v2/health/live", "/v2/health/ready"):
+            ready = path.endswith("live") or self.routes_loaded
+            await respond(send, 200 if ready else 503, b"", request_id, content_type=b"text/plain")
+            return
+        if path == "/v2":
+            await respond_json(send, 200, {"name": "modelops-gateway", "version": "1", "extensions": [
+                "binary_tensor_data"]}, request_id)
+            return
+        match = OIP_MODEL.match(path)
+        if match is None:
+            raise HTTPError(404, {"error": f"no such endpoint: {path}"})
+        model, tail = match.group(1), match.group(2) or ""
+        routes = self.routes.get(model)
+        if routes is None:
+            if not self.routes_loaded:
+                raise HTTPError(503, {"error": "routes not loaded yet (object store unreachable)"})
+            raise HTTPError(404, {"error": f"unknown model {model!r}: no routes document routes/{model}.json"})
+        if tail == "/ready" and method == "GET":
+            await respond(send, 200, b"", request_id, content_type=b"text/plain")
+        elif tail == "" and method == "GET":
+            versions = sorted(routed_versions(routes))
+            await respond_json(send, 200, model_metadata(self._edge_of(model, routes.stable).spec, versions),
+                               request_id)
+        elif tail == "/infer" and method == "POST":
+            timing = RequestTiming()
+            try:
+                await self._oip_infer(path, routes, headers, request_id, await read_body(), send, timing)
+            except HTTPError as exc:
+                exc.headers.extend(timing.headers(timing.parts()))
+                raise
+        else:
+            raise HTTPError(405, {"error": f"{method} is not allowed on {path}"})
+
+    async def _oip_infer(self, path: str, routes: Routes, headers: dict[str, str], request_id: str,
+                         body: bytes, send: Send, timing: RequestTiming) -> None:
+        model = routes.model
+        try:
+            if headers.get("content-encoding", "identity") != "identity":
+                raise HTTPError(415, {"error": f"Content-Encoding {headers['content-encoding']!r} is not "
+                                               "accepted; send the body uncompressed"})
+            document, binary = _oip_body(headers, body)
+            stable = self._edge_of(model, routes.stable)
+            first = parse_infer(stable, document, binary)
+            version = choose_version(routes, first.key_value if first.key_value is not None else request_id)
+            edge = self._edge_of(model, version)
+            request = first if edge is stable else parse_infer(edge, document, binary)
+            deadline_s = self._deadline_s(headers)
+        except BadInput as exc:
+            self.m_errors.inc((("model", model), ("version", "none"), ("class", "contract")))
+            raise HTTPError(400, {"error": exc.violation.message}) from exc
+        except HTTPError as exc:
+            self.m_errors.inc((("model", model), ("version", "none"), ("class", "contract")))
+            raise HTTPError(exc.status, {"error": exc.body.get("message") or exc.body.get("error", "")},
+                            exc.headers) from exc
+        labels = (("model", model), ("version", str(version.version)))
+        try:
+            outputs = await self._infer(routes, version, labels, request.inputs, tuple(n for n, _ in request.outputs),
+                                        deadline_s, timing)
+        except HTTPError as exc:
+            raise HTTPError(exc.status, {"error": exc.body.get("message", "")}, exc.headers) from exc
+        token, variant = await self._log_prediction(routes, version, labels, request.key_value, request.rows,
+                                                    outputs, request_id, timing)
+        body_out, header_length = infer_answer(model, version.version, request, outputs, {
+            "request_id": request_id, "model_id": version.label, "variant": variant, "feedback_token": token})
+        extra = self._answer_headers(version, token, timing)
+        if header_length is None:
+            await respond(send, 200, body_out, request_id, extra)
+        else:
+            await respond(send, 200, body_out, request_id,
+                          [(b"inference-header-content-length", str(header_length).encode()), *extra],
+                          content_type=b"application/octet-stream")
+        self._answered(path, request_id, labels, version, variant, timing, len(body), request.rows)
+
+    # ------------------------------------------------------------------ shared by both forms
+    async def _infer(self, routes: Routes, version: VersionRef, labels: tuple[tuple[str, str], ...],
+                     inputs: Inputs, outputs: tuple[str, ...], deadline_s: float,
+                     timing: RequestTiming) -> dict[str, npt.NDArray[Any]]:
+        try:
+            self.logs.committers["predictions"].check_budget()
+        except SpoolFull as exc:
+            self.m_errors.inc((*labels, ("class", "unavailable")))
+            raise self._unavailable("spool_full", str(exc)) from exc
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(max(deadline_s - timing.total_s(), 1e-6)):
+                answer: dict[str, npt.NDArray[Any]] = await self.triton.infer_tensors(
+                    routes.model, version.version, inputs, outputs)
+                return answer
+        except TimeoutError as exc:
+            self.m_errors.inc((*labels, ("class", "timeout")))
+            raise error(504, "inference_timeout", f"no answer from Triton within {deadline_s * 1000:.0f} ms",
+                        deadline_ms=round(deadline_s * 1000, 3)) from exc
+        except TritonUnavailable as exc:
+            self.m_errors.inc((*labels, ("class", "upstream")))
+            raise self._unavailable("triton_unavailable", str(exc)) from exc
+        except TritonFailed as exc:
+            self.m_errors.inc((*labels, ("class", "upstream")))
+            raise error(502, "triton_failed", str(exc)) from exc
+        finally:
+            timing.inference_s = time.perf_counter() - started
+
+    async def _log_prediction(self, routes: Routes, version: VersionRef, labels: tuple[tuple[str, str], ...],
+                              key_value: str | None, rows: int, outputs: Mapping[str, npt.NDArray[Any]],
+                              request_id: str, timing: RequestTiming) -> tuple[str, str]:
+        """The feedback token and variant; the prediction record on disk before the answer (as the recommender's)."""
+        now = time.time()
+        model = routes.model
+        token = issue_token(self.secret, TokenClaims(request_id, model, version.version, version.sha256[:12], now))
+        variant = "canary" if routes.canary is not None and version == routes.canary else "stable"
+        n, total, squares, peak, std = summary(outputs)
+        logged = timing.parts()
+        try:
+            await self.logs.committers["predictions"].append(prediction_record(
+                request_id=request_id, feedback_token=token, ts=now, model=model, model_version=version.version,
+                model_sha256=version.sha256, user_hash=user_hash(key_value) if key_value is not None else "",
+                n_items=rows, score_mean=total / n if n else 0.0, score_max=peak, score_std=std,
+                latency_ms=sum(logged.values()) * 1000.0, delay_origin=origin(logged)))
+        except SpoolFull as exc:
+            self.m_errors.inc((*labels, ("class", "unavailable")))
+            raise self._unavailable("spool_full", str(exc)) from exc
+        if n:
+            window = self.windows.get((model, version.version))
+            if window is None:
+                window = self.windows[(model, version.version)] = ScoreWindow(self.options.score_window_s)
+            window.add(now, int(n), total, squares, peak)
+        return token, variant
+
+    def _answer_headers(self, version: VersionRef, token: str, timing: RequestTiming) -> list[tuple[bytes, bytes]]:
+        return [(b"x-model-version", version.label.encode()),
+                (b"x-inference-latency", f"{timing.inference_s * 1000.0:.3f}".encode()),
+                (b"x-feedback-token", token.encode()), *timing.headers(timing.parts())]
+
+    def _answered(self, path: str, request_id: str, labels: tuple[tuple[str, str], ...], version: VersionRef,
+                  variant: str, timing: RequestTiming, size: int, rows: int) -> None:
+        total_s = timing.total_s()
+        self.m_requests.inc((*labels, ("code", "200")))
+        self.m_latency.observe((*labels, ("source", "online")), total_s)
+        delay_origin = origin(timing.parts())
+        self.m_latency_origin.observe((labels[0], ("origin", delay_origin)), total_s)
+        self._access(request_id, "POST", path, 200, model=labels[0][1], version=version.version, model_id=version.label,
+                     variant=variant, inference_time_ms=round(timing.inference_s * 1000, 3),
+                     latency_ms=round(total_s * 1000, 3), input_size_bytes=size, n_items=rows,
+                     delay_origin=delay_origin)
+
+
+def _routing_value(edge: EdgeModel, document: Any) -> str | None:
+    """The routing key's value in the first row of a tabular body, before any other check (None: none)."""
+    key = edge.spec.routing_key
+    if key is None or not isinstance(document, Mapping) or len(document) != 1:
+        return None
+    ((form, body),) = document.items()
+    if form == "dataframe_split" and isinstance(body, Mapping):
+        columns, data = body.get("columns"), body.get("data")
+        if isinstance(columns, list) and key in columns and isinstance(data, list) and data \
+                and isinstance(data[0], list) and len(data[0]) == len(columns):
+            return str(data[0][columns.index(key)])
+        return None
+    if isinstance(body, list) and body and isinstance(body[0], Mapping) and key in body[0]:
+        return str(body[0][key])
+    if isinstance(body, Mapping) and isinstance(body.get(key), list) and body[key]:
+        return str(body[key][0])
+    return None
+
+
+def _oip_body(headers: dict[str, str], body: bytes) -> tuple[Any, bytes]:
+    """The JSON header and the binary tensors of an infer body (binary only with the extension's header)."""
+    raw = headers.get("inference-header-content-length")
+    if raw is None:
+        json_part, binary = body, b""
+    else:
+        if not raw.isdigit() or int(raw) > len(body):
+            raise HTTPError(400, {"error": f"Inference-Header-Content-Length {raw!r} must be a length within the "
+                                           f"body of {len(body)} bytes"})
+        json_part, binary = body[:int(raw)], body[int(raw):]
+    try:
+        return _JSON_DECODE(json_part), binary
+    except (msgspec.DecodeError, ValueError) as exc:
+        raise HTTPError(400, {"error": f"the inference request is not valid JSON: {exc}"}) from exc

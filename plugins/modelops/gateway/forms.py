@@ -1,0 +1,224 @@
+"""Request forms of a model served from its spec: MLflow's scoring bodies in, tensors out (pure).
+
+An :class:`EdgeModel` is one routed version's spec compiled for the edge: the request contract
+rendered from the spec (:func:`modelops.modelspec.render.edge_contract`, JSON Schema 2020-12, checked
+by jsonschema-rs through :func:`modelops.gateway.contract.compile_schema`) and what it takes to turn a
+body that kept it into Triton's input tensors.
+
+The *tabular* form takes exactly the bodies of MLflow's scoring server
+(``mlflow.pyfunc.scoring_server``): ``dataframe_split`` (``columns`` + ``data`` rows),
+``dataframe_records`` and ``instances`` (rows as objects), ``inputs`` (rows as objects, an object of
+columns, or tensors for a model without columns). Columns become the model's input tensors in the
+spec's order: one ``[n, k]`` matrix when the spec has one input of all ``k`` features, else one
+``[n, 1]`` tensor per column. A null in a column that may be null is NaN (a float column only).
+Answers are MLflow's: ``{"predictions": ...}``, one output as its rows (a ``[n, 1]`` output as a flat
+list), several as an object of outputs.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from modelops.gateway.contract import Check, Violation, compile_schema
+from modelops.gateway.inference import NUMPY_DATATYPES
+from modelops.modelspec.render import edge_contract
+from modelops.modelspec.spec import ModelSpec, Tensor
+
+Inputs = tuple[tuple[str, npt.NDArray[Any]], ...]
+
+
+class BadInput(Exception):
+    """A body that kept the JSON contract but cannot become the model's tensors (named, with the rule)."""
+
+    def __init__(self, violation: Violation) -> None:
+        super().__init__(violation.message)
+        self.violation = violation
+
+
+def refuse(field: str, rule: str, message: str, value: Any = None) -> BadInput:
+    return BadInput(Violation(field, rule, value, message))
+
+
+@dataclass(frozen=True)
+class EdgeModel:
+    """One routed version's spec, compiled for the edge."""
+
+    spec: ModelSpec
+    schema: Mapping[str, Any] = field(repr=False)
+    check: Check = field(repr=False)
+
+    @property
+    def tabular(self) -> bool:
+        return self.spec.request.form == "tabular"
+
+    @property
+    def batched(self) -> bool:
+        return self.spec.tuning.max_batch_size > 0
+
+    @property
+    def max_rows(self) -> int:
+        """Rows per request: the spec's ``request.max_items``, and Triton's ``max_batch_size`` when batched."""
+        n = self.spec.request.max_items
+        return min(n, self.spec.tuning.max_batch_size) if self.batched else n
+
+    @property
+    def output_names(self) -> tuple[str, ...]:
+        return tuple(t.name for t in self.spec.outputs)
+
+
+def edge_model(spec: ModelSpec) -> EdgeModel:
+    """Compile ``spec``'s request contract (once per routed version)."""
+    schema = edge_contract(spec)
+    return EdgeModel(spec, schema, compile_schema(schema))
+
+
+def _dtype(tensor: Tensor) -> np.dtype[Any]:
+    dtype = NUMPY_DATATYPES.get(tensor.dtype)
+    if dtype is None:
+        raise refuse(tensor.name, f"dtype {tensor.dtype}", f"input {tensor.name} is {tensor.dtype}, which the "
+                     f"gateway does not carry yet (one of {sorted(NUMPY_DATATYPES)})")
+    return dtype
+
+
+def _rows(model: EdgeModel, key: str, body: Any) -> list[list[Any]]:
+    """The body's rows as lists in the spec's column order."""
+    names = [f.name for f in model.spec.features]
+    if key == "dataframe_split":
+        return list(body["data"])
+    if isinstance(body, Mapping):  # ``inputs`` as an object of columns
+        lengths = {name: len(body[name]) for name in names if name in body}
+        if len(set(lengths.values())) > 1:
+            raise refuse(f"{key}", "equal column lengths", f"{key}: columns of different lengths {lengths} "
+                         f"(example: {{\"{names[0]}\": [1.0, 2.0], ...}} with every column as long)")
+        n = next(iter(lengths.values()))
+        return [[body[name][i] if name in body else None for name in names] for i in range(n)]
+    return [[record.get(name) for name in names] for record in body]
+
+
+def _column_inputs(model: EdgeModel, key: str, body: Any) -> tuple[Inputs, list[list[Any]]]:
+    spec = model.spec
+    rows = _rows(model, key, body)
+    if len(spec.inputs) == 1 and spec.inputs[0].shape[-1] == len(spec.features):
+        tensor = spec.inputs[0]
+        dtype = _dtype(tensor)
+        if any(v is None for row in rows for v in row):
+            if dtype.kind != "f":
+                name = next(f.name for i, f in enumerate(spec.features) if any(r[i] is None for r in rows))
+                raise refuse(f"{key}.{name}", "not null", f"{key}.{name}: null cannot be sent to the "
+                             f"{tensor.dtype} input {tensor.name} (example: 0)")
+            rows = [[math.nan if v is None else v for v in row] for row in rows]
+        return ((tensor.name, np.asarray(rows, dtype=dtype)),), rows
+    inputs: list[tuple[str, npt.NDArray[Any]]] = []
+    for i, (feature, tensor) in enumerate(zip(spec.features, spec.inputs, strict=False)):
+        dtype = _dtype(tensor)
+        column: list[Any] = [row[i] for row in rows]
+        if any(v is None for v in column):
+            if dtype.kind != "f":
+                raise refuse(f"{key}.{feature.name}", "not null", f"{key}.{feature.name}: null cannot be sent "
+                             f"to the {tensor.dtype} input {tensor.name} (example: 0)")
+            column = [math.nan if v is None else v for v in column]
+        inputs.append((tensor.name, np.asarray(column, dtype=dtype).reshape(-1, 1)))
+    return tuple(inputs), rows
+
+
+def _tensor(tensor: Tensor, value: Any, where: str) -> npt.NDArray[Any]:
+    try:
+        array = np.asarray(value, dtype=_dtype(tensor))
+    except (ValueError, TypeError) as exc:
+        raise refuse(where, "rectangular array", f"{where}: not a rectangular array of {tensor.dtype} "
+                     f"({exc}; example shape {list(tensor.shape)})") from exc
+    return array
+
+
+def _tensor_inputs(model: EdgeModel, key: str, body: Any) -> Inputs:
+    spec = model.spec
+    only = spec.inputs[0] if len(spec.inputs) == 1 else None
+    if key == "inputs":
+        named = body if isinstance(body, Mapping) else {only.name: body} if only is not None else body
+        arrays = [(t.name, _tensor(t, named[t.name], f"inputs.{t.name}")) for t in spec.inputs]
+    else:  # instances: one row (an object of tensors, or the one tensor's row) per item
+        arrays = []
+        for t in spec.inputs:
+            rows = [r[t.name] if isinstance(r, Mapping) else r for r in body]
+            arrays.append((t.name, _tensor(t, rows, f"instances[*].{t.name}")))
+    batch = {name: a.shape[0] for name, a in arrays if a.ndim}
+    if len(set(batch.values())) > 1:
+        raise refuse(key, "one batch size", f"{key}: the inputs have different first dimensions {batch} "
+                     "(every input needs one row per instance)")
+    return tuple(arrays)
+
+
+def tabular_inputs(model: EdgeModel, document: Mapping[str, Any]) -> tuple[Inputs, int, str | None]:
+    """Triton's inputs for a body that kept ``model``'s contract, the number of rows, the routing value.
+
+    Raises:
+        BadInput: columns of different lengths, a null for an integer input, a ragged tensor.
+    """
+    ((key, body),) = document.items()  # the contract allows exactly one key
+    spec = model.spec
+    if spec.features:
+        inputs, rows = _column_inputs(model, key, body)
+        names = [f.name for f in spec.features]
+        key_value = rows[0][names.index(spec.routing_key)] if spec.routing_key in names and rows else None
+    else:
+        inputs = _tensor_inputs(model, key, body)
+        routed = dict(inputs).get(spec.routing_key or "")
+        key_value = routed.reshape(-1)[0].item() if routed is not None and routed.size else None
+    n = int(inputs[0][1].shape[0]) if inputs[0][1].ndim else 1
+    if n > model.max_rows:
+        raise refuse(key, f"maxItems {model.max_rows}", f"{key}: {n} rows, more than the {model.max_rows} this "
+                     f"model takes per request (max_items / max_batch_size); split the request")
+    return inputs, n, None if key_value is None else str(key_value)
+
+
+def _values(array: npt.NDArray[Any]) -> Any:
+    if array.ndim == 2 and array.shape[1] == 1:
+        array = array[:, 0]
+    return array.tolist()
+
+
+def predictions(outputs: Mapping[str, npt.NDArray[Any]]) -> Any:
+    """MLflow's ``predictions``: one output as its rows, several as an object of outputs."""
+    if len(outputs) == 1:
+        return _values(next(iter(outputs.values())))
+    return {name: _values(array) for name, array in outputs.items()}
+
+
+def summary(outputs: Mapping[str, npt.NDArray[Any]]) -> tuple[float, float, float, float, float]:
+    """Count, sum, sum of squares, max and std of the first output's values (the logs' score statistics)."""
+    first = np.asarray(next(iter(outputs.values())), dtype=np.float64).reshape(-1)
+    finite = first[np.isfinite(first)]
+    if not finite.size:
+        return 0.0, 0.0, 0.0, 0.0, 0.0
+    n, total, squares = float(finite.size), float(finite.sum()), float(np.dot(finite, finite))
+    mean = total / n
+    return n, total, squares, float(finite.max()), math.sqrt(max(0.0, squares / n - mean * mean))
+
+
+def feature_violation(spec: ModelSpec, inputs: Sequence[tuple[str, npt.NDArray[Any]]], where: str) -> BadInput | None:
+    """A range or NaN rule of the spec's features broken by a feature matrix (tensors sent as they are)."""
+    if len(spec.inputs) != 1 or not spec.features or spec.inputs[0].shape[-1] != len(spec.features):
+        return None
+    matrix = inputs[0][1]
+    if matrix.ndim != 2 or matrix.dtype.kind != "f":
+        return None
+    for i, f in enumerate(spec.features):
+        column = matrix[:, i]
+        nan = np.isnan(column)
+        if f.required and nan.any():
+            return refuse(f"{where}[{int(np.argmax(nan))}, {i}] ({f.name})", "not NaN",
+                          f"{f.name}: NaN in a column the model requires (example: 0.0)", "NaN")
+        values = column[~nan]
+        if f.min is not None and (values < f.min).any():
+            return refuse(f"{where}[*, {i}] ({f.name})", f"minimum {f.min}",
+                          f"{f.name}: {float(values.min())} is below the minimum {f.min}", float(values.min()))
+        if f.max is not None and (values > f.max).any():
+            return refuse(f"{where}[*, {i}] ({f.name})", f"maximum {f.max}",
+                          f"{f.name}: {float(values.max())} is above the maximum {f.max}", float(values.max()))
+    return None
