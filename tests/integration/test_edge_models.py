@@ -24,9 +24,9 @@ import numpy as np
 import pytest
 import requests
 
-from modelops.documents.routes import Routes, VersionRef, load_routes, routes_key, serialize_routes
+from modelops.documents.routes import VersionRef, load_routes, routes_key, serialize_routes
 from modelops.objectstore import ObjectStore
-from modelops.serving.spec_publish import SpecPublishResult, publish_model
+from modelops.serving.spec_publish import publish_model, route_first
 from modelops.serving.triton import TritonClient
 from tests.integration.test_model_zoo import _log_onnx, _register
 
@@ -46,12 +46,6 @@ def _log_cancer(c: float) -> Any:
     model = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=500)).fit(x, y)
     return mlflow.sklearn.log_model(model, name="model", signature=infer_signature(x, model.predict_proba(x)),
                                     input_example=x.iloc[:20])
-
-
-def _route(store: ObjectStore, result: SpecPublishResult) -> None:
-    store.put_bytes(routes_key(result.model), serialize_routes(Routes(
-        model=result.model, revision=1, stable=VersionRef(result.triton_version, result.sha256), canary=None,
-        canary_weight=0.0, updated_at=datetime.now(UTC).isoformat(), updated_by="tests")))
 
 
 def _wait_ready(gateway: str, model: str, timeout_s: float = 30.0) -> None:
@@ -87,7 +81,8 @@ def zoo(stack_settings: Any, mlflow_uri: str, object_store: ObjectStore) -> Iter
         published = dict(zip(versions, pool.map(lambda n: publish_model(n, versions[n], cfg=stack_settings),
                                                 versions), strict=True))
     for result in published.values():
-        _route(object_store, result)
+        assert route_first(result, store=object_store)  # the first serving: all traffic to version 1
+        assert not route_first(result, store=object_store)  # routed already: left to releases
     for name in published:
         _wait_ready(stack_settings.gateway_url, name)
     yield {"cancer": cancer, "tensors": tensors, "published": published, "versions": versions}

@@ -133,3 +133,14 @@ def test_oip_binary_tensors_and_answers() -> None:
     body, length = infer_answer("churn", 3, plain, {"probabilities": out}, {})
     assert length is None and json.loads(body)["outputs"][0]["data"] == pytest.approx(out.reshape(-1).tolist())
     assert model_metadata(model.spec, [3, 4])["versions"] == ["3", "4"]
+
+
+def test_the_recommender_takes_its_feature_vectors_on_the_open_inference_protocol() -> None:
+    from modelops.modelspec.recommender import recommender_spec
+
+    model = edge_model(recommender_spec("rec"))
+    assert not model.tabular and model.max_rows == 50
+    features = np.zeros((2, 128), dtype=np.float32)
+    request = parse_infer(model, {"inputs": [{"name": "features", "datatype": "FP32", "shape": [2, 128],
+                                              "data": features.reshape(-1).tolist()}]})
+    assert request.outputs == (("score", False),) and request.inputs[0][1].shape == (2, 128)

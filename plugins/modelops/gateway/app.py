@@ -345,11 +345,7 @@ class Gateway(GatewayPollers, EdgeServing):
         model = routes.model
         user_id: str = document["user_id"]
         item_ids: list[str] = document["item_ids"]
-        try:
-            self.logs.committers["predictions"].check_budget()
-        except SpoolFull as exc:
-            self.m_errors.inc((*labels, ("class", "unavailable")))
-            raise self._unavailable("spool_full", str(exc)) from exc
+        self._check_spool(labels)
         started = time.perf_counter()
         try:
             if self.options.drill_feature_delay_ms > 0:
@@ -383,16 +379,8 @@ class Gateway(GatewayPollers, EdgeServing):
                 if query["explain"]:  # same version, same deadline
                     explanations = await self._explain(model, version.version, item_ids, features, scores,
                                                        int(query["top_k"]), request_id)
-        except TimeoutError as exc:
-            self.m_errors.inc((*labels, ("class", "timeout")))
-            raise error(504, "inference_timeout", f"no answer from Triton within {deadline_s * 1000:.0f} ms",
-                         deadline_ms=round(deadline_s * 1000, 3)) from exc
-        except TritonUnavailable as exc:
-            self.m_errors.inc((*labels, ("class", "upstream")))
-            raise self._unavailable("triton_unavailable", str(exc)) from exc
-        except TritonFailed as exc:
-            self.m_errors.inc((*labels, ("class", "upstream")))
-            raise error(502, "triton_failed", str(exc)) from exc
+        except (TimeoutError, TritonUnavailable, TritonFailed) as exc:
+            raise self._triton_error(exc, labels, deadline_s) from exc
         finally:
             ended = time.perf_counter()
             timing.inference_s = ended - started if online else 0.0

@@ -213,29 +213,36 @@ class EdgeServing:
     async def _infer(self, routes: Routes, version: VersionRef, labels: tuple[tuple[str, str], ...],
                      inputs: Inputs, outputs: tuple[str, ...], deadline_s: float,
                      timing: RequestTiming) -> dict[str, npt.NDArray[Any]]:
-        try:
-            self.logs.committers["predictions"].check_budget()
-        except SpoolFull as exc:
-            self.m_errors.inc((*labels, ("class", "unavailable")))
-            raise self._unavailable("spool_full", str(exc)) from exc
+        self._check_spool(labels)
         started = time.perf_counter()
         try:
             async with asyncio.timeout(max(deadline_s - timing.total_s(), 1e-6)):
                 answer: dict[str, npt.NDArray[Any]] = await self.triton.infer_tensors(
                     routes.model, version.version, inputs, outputs)
                 return answer
-        except TimeoutError as exc:
-            self.m_errors.inc((*labels, ("class", "timeout")))
-            raise error(504, "inference_timeout", f"no answer from Triton within {deadline_s * 1000:.0f} ms",
-                        deadline_ms=round(deadline_s * 1000, 3)) from exc
-        except TritonUnavailable as exc:
-            self.m_errors.inc((*labels, ("class", "upstream")))
-            raise self._unavailable("triton_unavailable", str(exc)) from exc
-        except TritonFailed as exc:
-            self.m_errors.inc((*labels, ("class", "upstream")))
-            raise error(502, "triton_failed", str(exc)) from exc
+        except (TimeoutError, TritonUnavailable, TritonFailed) as exc:
+            raise self._triton_error(exc, labels, deadline_s) from exc
         finally:
             timing.inference_s = time.perf_counter() - started
+
+    def _check_spool(self, labels: tuple[tuple[str, str], ...]) -> None:
+        """503 (counted) before any work when the prediction log's spool is over its budget."""
+        try:
+            self.logs.committers["predictions"].check_budget()
+        except SpoolFull as exc:
+            self.m_errors.inc((*labels, ("class", "unavailable")))
+            raise self._unavailable("spool_full", str(exc)) from exc
+
+    def _triton_error(self, exc: BaseException, labels: tuple[tuple[str, str], ...], deadline_s: float) -> HTTPError:
+        """The answer to a failed Triton call (504 deadline, 503 unavailable, 502 refused), counted."""
+        if isinstance(exc, TimeoutError):
+            self.m_errors.inc((*labels, ("class", "timeout")))
+            return error(504, "inference_timeout", f"no answer from Triton within {deadline_s * 1000:.0f} ms",
+                         deadline_ms=round(deadline_s * 1000, 3))
+        self.m_errors.inc((*labels, ("class", "upstream")))
+        if isinstance(exc, TritonUnavailable):
+            return self._unavailable("triton_unavailable", str(exc))
+        return error(502, "triton_failed", str(exc))
 
     async def _log_prediction(self, routes: Routes, version: VersionRef, labels: tuple[tuple[str, str], ...],
                               key_value: str | None, rows: int, outputs: Mapping[str, npt.NDArray[Any]],

@@ -294,15 +294,20 @@ def _parse_scores(status: int, headers: dict[str, str], body: bytes, model: str,
     return scores
 
 
-def _parse_output(status: int, headers: dict[str, str], body: bytes, where: str,
-                  name: str) -> npt.NDArray[np.float32]:
-    """The FP32 output ``name`` (flat) of an answer of Triton's infer endpoint (binary or JSON data)."""
+def _raise_refusal(status: int, body: bytes, where: str) -> None:
+    """Nothing for a 200; else the error of Triton's answer (its ``{"error": ...}`` message)."""
     if status != 200:
         try:
             message = str(json.loads(body).get("error", body[:300]))
         except (ValueError, AttributeError):
             message = body[:300].decode("utf-8", "replace")
         raise _refusal(status, message, where)
+
+
+def _parse_output(status: int, headers: dict[str, str], body: bytes, where: str,
+                  name: str) -> npt.NDArray[np.float32]:
+    """The FP32 output ``name`` (flat) of an answer of Triton's infer endpoint (binary or JSON data)."""
+    _raise_refusal(status, body, where)
     json_length = int(headers.get("inference-header-content-length", len(body)))
     try:
         doc: Any = json.loads(body[:json_length])
@@ -320,12 +325,7 @@ def _parse_output(status: int, headers: dict[str, str], body: bytes, where: str,
 def parse_tensors(status: int, headers: dict[str, str], body: bytes, where: str,
                   names: tuple[str, ...]) -> dict[str, npt.NDArray[Any]]:
     """The outputs ``names`` of an answer of Triton's infer endpoint, each with its datatype and shape."""
-    if status != 200:
-        try:
-            message = str(json.loads(body).get("error", body[:300]))
-        except (ValueError, AttributeError):
-            message = body[:300].decode("utf-8", "replace")
-        raise _refusal(status, message, where)
+    _raise_refusal(status, body, where)
     json_length = int(headers.get("inference-header-content-length", len(body)))
     try:
         doc: Any = json.loads(body[:json_length])

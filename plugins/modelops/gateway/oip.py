@@ -17,7 +17,7 @@ Answers carry the outputs (JSON data, or binary where the request asked for it w
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -125,7 +125,7 @@ def parse_infer(model: EdgeModel, document: Any, binary: bytes = b"") -> OipRequ
                       key_value)
 
 
-def _key_value(spec: ModelSpec, arrays: Inputs) -> str | None:
+def _key_value(spec: ModelSpec, arrays: Sequence[tuple[str, npt.NDArray[Any]]]) -> str | None:
     """The routing key's value in the first row: an input tensor of that name, or that column of the features."""
     names = [f.name for f in spec.features]
     keyed = dict(arrays).get(spec.routing_key or "")

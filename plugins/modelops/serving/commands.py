@@ -25,16 +25,17 @@ def _publish(args: argparse.Namespace) -> int:
 
 def _publish_from_spec(args: argparse.Namespace) -> int:
     from modelops.errors import ConfigError
-    from modelops.serving.spec_publish import publish_model
+    from modelops.serving.spec_publish import publish_model, route_first
 
     if args.triton_name or args.no_load:
         raise ConfigError("--from-spec: the Triton name is the registered model's and the version is always loaded "
                           "and verified (drop --triton-name / --no-load)")
     result = publish_model(args.model, args.version)
+    routed = route_first(result) if args.route else False
     print(json.dumps({
         "model": result.model, "triton_version": result.triton_version, "sha256": result.sha256,
         "uploaded": result.uploaded, "max_abs_diff": result.max_abs_diff, "spec_uri": result.spec_uri,
-        "timings_s": {k: round(v, 3) for k, v in result.timings_s.items()},
+        "timings_s": {k: round(v, 3) for k, v in result.timings_s.items()}, "routed": routed,
     }, indent=2))
     return 0
 
@@ -184,6 +185,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                          help="any MLflow model (onnx, sklearn flavors): derive its model spec, convert and "
                               "parity-check, publish as one Triton model, verify Triton's answers against the "
                               "model's own on its evaluation sample")
+    publish.add_argument("--route", action="store_true",
+                         help="with --from-spec: send all of the model's traffic at the gateway to this version "
+                              "when the model has no routes yet (its first serving; later versions are released)")
     publish.set_defaults(func=_publish)
 
     load = sub.add_parser("load", help="serve a published Triton version beside those already served")

@@ -205,3 +205,23 @@ def publish_model(name: str, mlflow_version: str | int, *, cfg: Settings | None 
 def store_uri(cfg: Settings) -> str:
     """``s3://bucket/triton/repository/`` of the configured store."""
     return ObjectStore.from_settings(cfg).uri(REPOSITORY_PREFIX)
+
+
+def route_first(result: SpecPublishResult, *, cfg: Settings | None = None, store: ObjectStore | None = None,
+                by: str = "modelops publish --route") -> bool:
+    """Route all traffic to ``result``'s version when the model has no routes document yet (its first serving).
+
+    Returns whether a document was written; a model that is routed already is left alone (its next
+    version goes through a release, which moves traffic step by step).
+    """
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
+
+    store = store or ObjectStore.from_settings(cfg or settings())
+    key = routes_key(result.model)
+    if store.exists(key):
+        return False
+    store.put_bytes(key, serialize_routes(Routes(
+        model=result.model, revision=1, stable=VersionRef(result.triton_version, result.sha256), canary=None,
+        canary_weight=0.0, updated_at=datetime.now(UTC).isoformat(timespec="seconds"), updated_by=by)),
+        content_type="application/json")
+    return True
