@@ -114,7 +114,7 @@ def parse_infer(model: EdgeModel, document: Any, binary: bytes = b"") -> OipRequ
     batches = {name: a.shape[0] for name, a in arrays if model.batched and a.ndim}
     if len(set(batches.values())) > 1:
         raise refuse("inputs", "one batch size", f"the inputs have different batch sizes {batches}")
-    problem = feature_violation(spec, arrays, f"input {spec.inputs[0].name}")
+    problem = feature_violation(model, arrays, f"input {spec.inputs[0].name}")
     if problem is not None:
         raise problem
     outputs = _outputs(spec, document)
