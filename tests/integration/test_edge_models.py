@@ -256,3 +256,49 @@ def test_a_canary_of_a_classifier_gets_its_share_and_a_rollback_ends_it(
     _wait_revision(gateway, model, rolled.revision + 1)
     response = requests.post(f"{gateway}/v1/models/{model}/predict", json=body, timeout=10)
     assert served(20) == {"stable": 20} and response.headers["X-Model-Version"] == stable_label
+    # The reconciler keeps the model as one Triton model of its own (not the recommender's pipeline): both
+    # versions served (the rolled-back one kept for the grace), under the config rendered from the spec.
+    from modelops.serving.reconcile import read_status, status_file_of
+
+    def reconciled() -> bool:
+        status = read_status(status_file_of(stack_settings)) or {}
+        mine = [o for o in status.get("outcomes", []) if o["model"] == model]
+        return bool(mine) and all(o["action"] == "in_sync" and o["target"] == [1, 2] for o in mine)
+
+    deadline = time.monotonic() + 30
+    while not reconciled():
+        assert time.monotonic() < deadline, read_status(status_file_of(stack_settings))
+        time.sleep(0.5)
+    config = TritonClient(stack_settings.triton_http_url).model_config(model)
+    assert [o["name"] for o in config["output"]] == ["probabilities"], config
+
+
+def test_the_openapi_document_lists_each_model_and_fuzzing_finds_no_server_error(
+        zoo: dict[str, Any], stack_settings: Any) -> None:
+    import schemathesis
+    from hypothesis import HealthCheck, given
+    from hypothesis import settings as hypothesis_settings
+    from schemathesis.checks import not_a_server_error
+    from schemathesis.specs.openapi.checks import (
+        content_type_conformance,
+        response_schema_conformance,
+        status_code_conformance,
+    )
+
+    gateway = stack_settings.gateway_url
+    document = requests.get(f"{gateway}/openapi.json", timeout=5).json()
+    for name in (zoo["cancer"], zoo["tensors"]):
+        assert f"/v1/models/{name}/predict" in document["paths"], sorted(document["paths"])
+    cancer = document["components"]["schemas"][f"PredictRequest_{zoo['cancer']}"]
+    assert cancer["properties"]["dataframe_split"]["properties"]["columns"]["const"][0] == "mean radius"
+    schema = schemathesis.openapi.from_dict(document)
+    for name in (zoo["cancer"], zoo["tensors"]):
+        operation = schema[f"/v1/models/{name}/predict"]["POST"]
+
+        @given(case=operation.as_strategy())
+        @hypothesis_settings(max_examples=30, deadline=None, suppress_health_check=list(HealthCheck))
+        def fuzz(case: Any) -> None:
+            case.call_and_validate(base_url=gateway, checks=[
+                not_a_server_error, status_code_conformance, content_type_conformance, response_schema_conformance])
+
+        fuzz()

@@ -144,3 +144,13 @@ def test_the_recommender_takes_its_feature_vectors_on_the_open_inference_protoco
     request = parse_infer(model, {"inputs": [{"name": "features", "datatype": "FP32", "shape": [2, 128],
                                               "data": features.reshape(-1).tolist()}]})
     assert request.outputs == (("score", False),) and request.inputs[0][1].shape == (2, 128)
+
+
+def test_a_number_the_tensor_cannot_hold_is_refused_not_wrapped() -> None:
+    tensors = edge_model(_tensor_spec())
+    with pytest.raises(BadInput, match="outside the range of int64"):
+        tabular_inputs(tensors, {"inputs": {"x": [[1, 2]], "ids": [[2**70]]}})
+    with pytest.raises(BadInput, match="outside the range of float32"):
+        tabular_inputs(tensors, {"inputs": {"x": [[1e308, 2]], "ids": [[1]]}})
+    with pytest.raises(BadInput, match="range of FP32"):
+        parse_infer(edge_model(_columns_spec()), _oip(data=[1e308, 1, 3, 40, 2, 5]))

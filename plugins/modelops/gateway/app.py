@@ -64,7 +64,7 @@ from modelops.gateway.http import (
 from modelops.gateway.inference import TritonFailed, TritonUnavailable
 from modelops.gateway.metrics import CollapseWatch, Labels, ScoreWindow
 from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
-from modelops.gateway.openapi import FEEDBACK_SCHEMA, build_openapi
+from modelops.gateway.openapi import FEEDBACK_SCHEMA, add_model_paths, build_openapi
 from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pollers import GatewayPollers
 from modelops.gateway.pool import TritonPool
@@ -105,7 +105,8 @@ class Gateway(GatewayPollers, EdgeServing):
         self.routes: dict[str, Routes] = {}
         self.routes_applied_at: dict[str, str] = {}
         self.routes_loaded = False
-        self.openapi = _JSON_ENCODE(build_openapi(self.contract.schema, max_body_bytes=options.max_body_bytes))
+        self.openapi_base = build_openapi(self.contract.schema, max_body_bytes=options.max_body_bytes)
+        self.openapi = _JSON_ENCODE(self.openapi_base)
         self.started_at = datetime.now(UTC).isoformat()
         self.windows: dict[tuple[str, int], ScoreWindow] = {}
         self.triton_delays = TritonDelays()
@@ -139,7 +140,11 @@ class Gateway(GatewayPollers, EdgeServing):
 
     def _poll_routes_and_specs(self) -> None:
         self._poll_routes_once()
+        before = self.edge_models
         self._refresh_edge_models()  # the spec of each newly routed version (modelops.gateway.edge)
+        if self.edge_models.keys() != before.keys() or any(before[k] is not v for k, v in self.edge_models.items()):
+            self.openapi = _JSON_ENCODE(add_model_paths(self.openapi_base, self._tabular_schemas(),
+                                                        max_body_bytes=self.options.max_body_bytes))
 
     def _refresh_precomputed(self) -> None:
         self.precomputed.refresh(list(self.routes.values()))  # the routed versions' newest snapshots

@@ -98,6 +98,15 @@ class EdgeServing:
                                                                                         name=model))
         return edge
 
+    def _tabular_schemas(self) -> dict[str, Mapping[str, Any]]:
+        """Model -> the request contract of its stable version, for each model served in the tabular form."""
+        out: dict[str, Mapping[str, Any]] = {}
+        for model, routes in self.routes.items():
+            found = self.edge_models.get((model, routes.stable.version))
+            if found is not None and found.tabular:
+                out[model] = found.schema
+        return out
+
     def _spec_routed(self, routes: Routes) -> bool:
         """Whether the model is served from its spec in the tabular form (its stable version has a spec)."""
         found = self.edge_models.get((routes.model, routes.stable.version))

@@ -121,7 +121,7 @@ def _column_inputs(model: EdgeModel, key: str, body: Any) -> tuple[Inputs, list[
                 raise refuse(f"{key}.{name}", "not null", f"{key}.{name}: null cannot be sent to the "
                              f"{tensor.dtype} input {tensor.name} (example: 0)")
             rows = [[math.nan if v is None else v for v in row] for row in rows]
-        return ((tensor.name, np.asarray(rows, dtype=dtype)),), rows
+        return ((tensor.name, _array(rows, dtype, key)),), rows
     inputs: list[tuple[str, npt.NDArray[Any]]] = []
     for i, (feature, tensor) in enumerate(zip(spec.features, spec.inputs, strict=False)):
         dtype = _dtype(tensor)
@@ -131,13 +131,25 @@ def _column_inputs(model: EdgeModel, key: str, body: Any) -> tuple[Inputs, list[
                 raise refuse(f"{key}.{feature.name}", "not null", f"{key}.{feature.name}: null cannot be sent "
                              f"to the {tensor.dtype} input {tensor.name} (example: 0)")
             column = [math.nan if v is None else v for v in column]
-        inputs.append((tensor.name, np.asarray(column, dtype=dtype).reshape(-1, 1)))
+        inputs.append((tensor.name, _array(column, dtype, f"{key}.{feature.name}").reshape(-1, 1)))
     return tuple(inputs), rows
+
+
+def _array(values: Any, dtype: np.dtype[Any], where: str) -> npt.NDArray[Any]:
+    """``values`` as ``dtype``; a number the dtype cannot hold is refused, never wrapped or made infinite."""
+    try:
+        with np.errstate(over="raise"):
+            return np.asarray(values, dtype=dtype)
+    except (OverflowError, FloatingPointError) as exc:
+        info = np.iinfo(dtype) if dtype.kind in "iu" else np.finfo(dtype) if dtype.kind == "f" else None
+        bounds = f" [{info.min}, {info.max}]" if info is not None else ""
+        raise refuse(where, f"range of {dtype.name}", f"{where}: a value outside the range of {dtype.name}"
+                     f"{bounds} ({exc})") from exc
 
 
 def _tensor(tensor: Tensor, value: Any, where: str) -> npt.NDArray[Any]:
     try:
-        array = np.asarray(value, dtype=_dtype(tensor))
+        array = _array(value, _dtype(tensor), where)
     except (ValueError, TypeError) as exc:
         raise refuse(where, "rectangular array", f"{where}: not a rectangular array of {tensor.dtype} "
                      f"({exc}; example shape {list(tensor.shape)})") from exc

@@ -78,7 +78,12 @@ def _input_array(t: Tensor, given: Mapping[str, Any], binary: memoryview, offset
     if data.size and data.dtype.kind not in _KINDS[t.dtype]:
         raise refuse(f"{where}.data", f"type {t.dtype}", f"{where}.data: values of kind {data.dtype.name}, the "
                      f"model takes {t.dtype} (example: {'true' if t.dtype == 'BOOL' else '1'})")
-    return data.astype(dtype).reshape(shape), offset
+    try:
+        with np.errstate(over="raise"):
+            return data.astype(dtype).reshape(shape), offset
+    except (OverflowError, FloatingPointError) as exc:
+        raise refuse(f"{where}.data", f"range of {t.dtype}", f"{where}.data: a value outside the range of "
+                     f"{t.dtype} ({exc})") from exc
 
 
 def parse_infer(model: EdgeModel, document: Any, binary: bytes = b"") -> OipRequest:

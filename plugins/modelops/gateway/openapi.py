@@ -163,3 +163,43 @@ def build_openapi(request_schema: Mapping[str, Any], *, max_body_bytes: int) -> 
             "Error": _ERROR,
         }},
     }
+
+
+def _component(model: str) -> str:
+    return "PredictRequest_" + "".join(c if c.isalnum() or c == "_" else "_" for c in model)
+
+
+def add_model_paths(document: dict[str, Any], models: Mapping[str, Mapping[str, Any]], *,
+                    max_body_bytes: int) -> dict[str, Any]:
+    """``document`` with ``POST /v1/models/<name>/predict`` of each model served from its spec, its own schema.
+
+    ``models``: model name -> the request contract of its stable version (a canary with another
+    signature is judged by its own; :mod:`modelops.gateway.edge`).
+    """
+    paths, schemas = dict(document["paths"]), dict(document["components"]["schemas"])
+    generic = document["paths"]["/v1/models/{model}/predict"]["post"]
+    for name, schema in sorted(models.items()):
+        component = _component(name)
+        schemas[component] = _strip(schema)
+        ok = {"type": "object",
+              "required": ["predictions", "request_id", "model", "model_version", "model_id", "variant",
+                           "feedback_token"],
+              "properties": {"predictions": {"description": "MLflow's: one output as its rows, several as an "
+                                                            "object of outputs."},
+                             "request_id": {"type": "string"}, "model": {"const": name},
+                             "model_version": {"type": "integer"}, "model_id": {"type": "string"},
+                             "variant": {"enum": ["stable", "canary"]}, "feedback_token": {"type": "string"}}}
+        responses = {code: answer for code, answer in generic["responses"].items() if code != "200"}
+        responses["413"] = _error(f"Body larger than {max_body_bytes} bytes.")
+        responses["200"] = {"description": "MLflow's predictions and a feedback token.",
+                            "headers": {**generic["responses"]["200"]["headers"],
+                                        "X-Feedback-Token": {"schema": {"type": "string"}}},
+                            "content": {"application/json": {"schema": ok}}}
+        paths[f"/v1/models/{name}/predict"] = {"post": {
+            "operationId": f"predict_{component.removeprefix('PredictRequest_')}",
+            "description": f"{schema.get('description', '')}",
+            "parameters": [p for p in generic["parameters"] if p["in"] == "header"],
+            "requestBody": {"required": True, "content": {"application/json": {
+                "schema": {"$ref": f"#/components/schemas/{component}"}}}},
+            "responses": responses}}
+    return {**document, "paths": paths, "components": {**document["components"], "schemas": schemas}}

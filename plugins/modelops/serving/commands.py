@@ -91,7 +91,8 @@ def _reconcile(args: argparse.Namespace) -> int:
         urls, repository = [cfg.triton_http_url], None if cfg.triton_url else local_repository(cfg)
     # dns+http://name:port: every server behind the name, resolved again at each tick.
     reconciler = Reconciler(ObjectStore.from_settings(cfg), [], lambda model: specs_for(model, cfg),
-                            grace_s=args.grace_s, discover=lambda: targets_of(urls, repository))
+                            grace_s=args.grace_s, discover=lambda: targets_of(urls, repository),
+                            server_backend=cfg.triton_backend)
     status_file = status_file_of(cfg)
     while True:
         started = time.monotonic()

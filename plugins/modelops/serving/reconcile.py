@@ -39,8 +39,10 @@ from typing import Any
 
 from modelops.config import Settings
 from modelops.errors import ContractError, ModelopsError, ServingError
+from modelops.modelspec.spec import ModelSpec
 from modelops.objectstore import ObjectStore
 from modelops.serving.pbtxt import ROLES, ModelConfigSpec, Role, config_json, config_mismatches
+from modelops.serving.spec_reconcile import read_spec, spec_step
 from modelops.serving.triton import TritonClient
 
 log = logging.getLogger("modelops.reconcile")
@@ -178,6 +180,7 @@ class Reconciler:
     parallel: int = 4
     last_routed: dict[tuple[str, int], float] = field(default_factory=dict)
     discover: Callable[[], Sequence[TritonTarget]] | None = None
+    server_backend: str = "onnxruntime"  # how spec-published ONNX runs on these servers (serving.spec_files)
 
     def tick(self) -> list[Outcome]:
         """One pass over every Triton and model. Object-store (or discovery) failures skip the whole tick."""
@@ -243,6 +246,9 @@ class Reconciler:
         client = TritonClient(triton.url)
         started = time.monotonic()
         try:
+            spec = read_spec(self.store, model, max(routed))
+            if spec is not None:  # one Triton model of its own (serving.spec_reconcile), not the pipeline
+                return self._one_spec(client, triton, spec, routed, started)
             specs = self.specs_of(model)
             served, config_ok = self._observe(client, specs)
             if plan(model, routed, kept, served, config_ok).in_sync:
@@ -276,6 +282,23 @@ class Reconciler:
                  ", config reloaded" if todo.reload else "", seconds)
         return Outcome(triton.url, model, "changed", todo.target, tuple(sorted(todo.load)),
                        tuple(sorted(todo.unload)), seconds)
+
+    def _one_spec(self, client: TritonClient, triton: TritonTarget, spec: ModelSpec, routed: frozenset[int],
+                  started: float) -> Outcome:
+        from modelops.serving.holds import active_holds
+        from modelops.serving.index_store import model_lock
+
+        model = spec.name
+        with model_lock(self.store, model, owner=f"reconcile {model} on {triton.url}", wait_s=self.lock_wait_s,
+                        ttl_s=300.0):
+            kept = self._kept(model, time.monotonic()) | active_holds(self.store, model)
+            step = spec_step(client, self.store, triton.repository, spec, self.server_backend, routed, kept)
+        if not step.changed:
+            return Outcome(triton.url, model, "in_sync", step.target)
+        log.info("%s on %s: now serving %s (loaded %s, unloaded %s) from its spec", model, triton.url,
+                 list(step.target), list(step.loaded), list(step.unloaded))
+        return Outcome(triton.url, model, "changed", step.target, step.loaded, step.unloaded,
+                       time.monotonic() - started)
 
     def _apply(self, client: TritonClient, triton: TritonTarget, specs: Mapping[Role, ModelConfigSpec],
                todo: Plan, served: Mapping[Role, Sequence[int]]) -> None:
