@@ -140,9 +140,7 @@ class Gateway(GatewayPollers, EdgeServing):
 
     def _poll_routes_and_specs(self) -> None:
         self._poll_routes_once()
-        before = self.edge_models
-        self._refresh_edge_models()  # the spec of each newly routed version (modelops.gateway.edge)
-        if self.edge_models.keys() != before.keys() or any(before[k] is not v for k, v in self.edge_models.items()):
+        if self._refresh_edge_models():  # the spec of each newly routed version (modelops.gateway.edge)
             self.openapi = _JSON_ENCODE(add_model_paths(self.openapi_base, self._tabular_schemas(),
                                                         max_body_bytes=self.options.max_body_bytes))
 

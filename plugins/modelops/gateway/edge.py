@@ -37,9 +37,7 @@ from modelops.gateway.oip import infer_answer, model_metadata, parse_infer
 from modelops.gateway.spool import SpoolFull
 from modelops.gateway.tokens import TokenClaims, issue_token
 from modelops.modelspec.recommender import recommender_spec
-from modelops.modelspec.spec import ModelSpec
-from modelops.serving.repository import REPOSITORY_PREFIX
-from modelops.serving.spec_files import SPEC_FILE
+from modelops.serving.spec_reconcile import read_spec
 
 log = logging.getLogger(__name__)
 OIP_MODEL = re.compile(r"^/v2/models/([A-Za-z0-9_.-]{1,128})(/ready|/infer)?$")
@@ -71,21 +69,30 @@ class EdgeServing:
         self._recommender_edge: dict[str, EdgeModel] = {}
 
     # ------------------------------------------------------------------ specs of the routed versions
-    def _refresh_edge_models(self) -> None:
-        """Read and compile the spec of each routed version not seen yet; forget versions no longer routed."""
+    def _refresh_edge_models(self) -> bool:
+        """Read and compile the spec of each routed version not seen yet; forget versions no longer routed.
+
+        Runs in the routes poller's thread, off the hot path; returns whether the set of versions changed
+        (a version's spec never changes: its bytes are part of its sha256).
+        """
         wanted = {(m, v) for m, r in self.routes.items() for v in routed_versions(r)}
         known = {k: v for k, v in self.edge_models.items() if k in wanted}
         for model, version in sorted(wanted - set(known)):
-            key = f"{REPOSITORY_PREFIX}{model}/{version}/{SPEC_FILE}"
             try:
-                if not self.store.exists(key):
-                    known[(model, version)] = None
-                    continue
-                known[(model, version)] = edge_model(ModelSpec.from_json(self.store.get_bytes(key)))
-                log.info("spec of %s v%d compiled for the edge", model, version)
+                spec = read_spec(self.store, model, version)
             except (ObjectStoreError, ContractError) as exc:  # tried again at the next poll
-                log.warning("spec %s unusable: %s", key, exc)
+                log.warning("spec of %s v%d unusable: %s", model, version, exc)
+                continue
+            if spec is None:  # published by the recommender's pipeline: its own spec, for the OIP path
+                if model not in self._recommender_edge:
+                    self._recommender_edge[model] = edge_model(recommender_spec(model))
+                known[(model, version)] = None
+                continue
+            known[(model, version)] = edge_model(spec)
+            log.info("spec of %s v%d compiled for the edge", model, version)
+        changed = known.keys() != self.edge_models.keys()
         self.edge_models = known  # one assignment, as the routes table
+        return changed
 
     def _edge_of(self, model: str, version: VersionRef) -> EdgeModel:
         """The version's compiled spec; the recommender's for a version published by its pipeline."""
@@ -93,9 +100,8 @@ class EdgeServing:
         if found is not None:
             return found
         edge = self._recommender_edge.get(model)
-        if edge is None:
-            edge = self._recommender_edge[model] = edge_model(msgspec.structs.replace(recommender_spec(),
-                                                                                        name=model))
+        if edge is None:  # routed after the last poll read it: built here, once
+            edge = self._recommender_edge[model] = edge_model(recommender_spec(model))
         return edge
 
     def _tabular_schemas(self) -> dict[str, Mapping[str, Any]]:

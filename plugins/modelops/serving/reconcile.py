@@ -42,7 +42,7 @@ from modelops.errors import ContractError, ModelopsError, ServingError
 from modelops.modelspec.spec import ModelSpec
 from modelops.objectstore import ObjectStore
 from modelops.serving.pbtxt import ROLES, ModelConfigSpec, Role, config_json, config_mismatches
-from modelops.serving.spec_reconcile import read_spec, spec_step
+from modelops.serving.spec_reconcile import read_spec, spec_plan, spec_step
 from modelops.serving.triton import TritonClient
 
 log = logging.getLogger("modelops.reconcile")
@@ -181,6 +181,8 @@ class Reconciler:
     last_routed: dict[tuple[str, int], float] = field(default_factory=dict)
     discover: Callable[[], Sequence[TritonTarget]] | None = None
     server_backend: str = "onnxruntime"  # how spec-published ONNX runs on these servers (serving.spec_files)
+    specs_read: dict[tuple[str, int], ModelSpec | None] = field(default_factory=dict)
+    """Each routed version's stored spec (None: the recommender's pipeline), read once: a version never changes."""
 
     def tick(self) -> list[Outcome]:
         """One pass over every Triton and model. Object-store (or discovery) failures skip the whole tick."""
@@ -246,9 +248,9 @@ class Reconciler:
         client = TritonClient(triton.url)
         started = time.monotonic()
         try:
-            spec = read_spec(self.store, model, max(routed))
+            spec = self._spec(model, max(routed))
             if spec is not None:  # one Triton model of its own (serving.spec_reconcile), not the pipeline
-                return self._one_spec(client, triton, spec, routed, started)
+                return self._one_spec(client, triton, spec, routed, kept, started)
             specs = self.specs_of(model)
             served, config_ok = self._observe(client, specs)
             if plan(model, routed, kept, served, config_ok).in_sync:
@@ -283,16 +285,30 @@ class Reconciler:
         return Outcome(triton.url, model, "changed", todo.target, tuple(sorted(todo.load)),
                        tuple(sorted(todo.unload)), seconds)
 
+    def _spec(self, model: str, version: int) -> ModelSpec | None:
+        key = (model, version)
+        if key not in self.specs_read:  # several servers in one tick share the parallel pool: a race reads twice
+            self.specs_read[key] = read_spec(self.store, model, version)
+        return self.specs_read[key]
+
     def _one_spec(self, client: TritonClient, triton: TritonTarget, spec: ModelSpec, routed: frozenset[int],
-                  started: float) -> Outcome:
+                  kept: frozenset[int], started: float) -> Outcome:
+        """As the pipeline's path: look without the lock; only a change takes it and looks again under it."""
         from modelops.serving.holds import active_holds
         from modelops.serving.index_store import model_lock
 
         model = spec.name
+        todo = spec_plan(client, spec, self.server_backend, routed, kept)
+        if todo.in_sync:
+            return Outcome(triton.url, model, "in_sync", todo.target)
         with model_lock(self.store, model, owner=f"reconcile {model} on {triton.url}", wait_s=self.lock_wait_s,
                         ttl_s=300.0):
+            fresh = read_model_routed(self.store, model)
+            if fresh is None:
+                return Outcome(triton.url, model, "skipped", detail="routes document gone")
             kept = self._kept(model, time.monotonic()) | active_holds(self.store, model)
-            step = spec_step(client, self.store, triton.repository, spec, self.server_backend, routed, kept)
+            todo = spec_plan(client, spec, self.server_backend, fresh, kept)
+            step = spec_step(client, self.store, triton.repository, spec, todo)
         if not step.changed:
             return Outcome(triton.url, model, "in_sync", step.target)
         log.info("%s on %s: now serving %s (loaded %s, unloaded %s) from its spec", model, triton.url,

@@ -7,15 +7,16 @@ config, rendered from the spec of its newest routed version (as the publish load
 step the reconciler would reload such a model with the recommender's ensemble config (seen: Triton
 then refused the model's own outputs).
 
-:func:`spec_step` makes one server serve exactly ``routed`` plus the ``kept`` versions it serves
-already (holds and the rollback grace), with the rendered config, mirroring missing versions into
-the server's local repository first.
+:func:`spec_plan` says what one server should serve: exactly ``routed`` plus the ``kept`` versions it
+serves already (holds and the rollback grace), with the rendered config; :func:`spec_step` carries
+it out, mirroring missing versions into the server's local repository first.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from modelops.errors import ContractError
 from modelops.modelspec.render import config_json
@@ -52,19 +53,35 @@ def read_spec(store: ObjectStore, model: str, version: int) -> ModelSpec | None:
         raise ContractError(f"{key}: {exc}") from exc
 
 
-def spec_step(client: TritonClient, store: ObjectStore, repository: Path | None, spec: ModelSpec,
-              server_backend: str, routed: frozenset[int], kept: frozenset[int]) -> SpecStep:
-    """Serve exactly ``routed`` (and the ``kept`` versions already served) of ``spec.name`` on one server."""
+@dataclass(frozen=True)
+class SpecPlan:
+    """What one server should serve of a spec model, and whether it does (:func:`spec_plan`)."""
+
+    served: tuple[int, ...]
+    target: tuple[int, ...]
+    config: dict[str, Any]
+    in_sync: bool
+
+
+def spec_plan(client: TritonClient, spec: ModelSpec, server_backend: str, routed: frozenset[int],
+              kept: frozenset[int]) -> SpecPlan:
+    """``routed`` plus the ``kept`` versions the server serves already, under the config rendered from ``spec``."""
     served = client.ready_versions(spec.name)
     target = sorted(routed | (kept & set(served)))
     expected = config_json(served_spec(spec, server_backend), versions=target)
     config_ok = not served or not config_mismatches(
         expected, {**client.model_config(spec.name, max(served)), "version_policy": expected["version_policy"]})
-    if served == target and config_ok:
-        return SpecStep(False, tuple(target), (), ())
-    missing = sorted(set(target) - set(served))
+    return SpecPlan(tuple(served), tuple(target), expected, served == target and config_ok)
+
+
+def spec_step(client: TritonClient, store: ObjectStore, repository: Path | None, spec: ModelSpec, plan: SpecPlan
+              ) -> SpecStep:
+    """Carry out ``plan`` on one server: mirror the versions it lacks, then load with the rendered config."""
+    if plan.in_sync:
+        return SpecStep(False, plan.target, (), ())
+    missing = sorted(set(plan.target) - set(plan.served))
     if repository is not None:
         for version in missing:
             mirror_release(store, spec.name, version, repository)
-    client.load(spec.name, expected)
-    return SpecStep(True, tuple(target), tuple(missing), tuple(sorted(set(served) - set(target))))
+    client.load(spec.name, plan.config)
+    return SpecStep(True, plan.target, tuple(missing), tuple(sorted(set(plan.served) - set(plan.target))))
