@@ -2,6 +2,7 @@
 
 - :func:`private_stack`: the environment of an embedded stack placed at a port base, with a
   temporary ``MODELOPS_HOME`` (nothing of a user's stack is touched), and its settings;
+- :func:`on_private_stack`: some of that stack's services up, a piece of work, the stack down again;
 - :class:`SparkCluster`: a Spark standalone master and workers started from pyspark's own
   ``spark-class`` on loopback, remembered by PID files and stopped by them.
 """
@@ -14,6 +15,7 @@ import sys
 import tempfile
 import time
 import urllib.request
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -47,6 +49,32 @@ def private_stack(port_base: int, prefix: str, **extra: str) -> tuple[Any, Path]
             os.environ.pop(key, None)
     settings.cache_clear()
     return settings(), home
+
+
+def on_private_stack(port_base: int | None, prefix: str, work: Callable[[], None], *, only: Sequence[str],
+                     **extra: str) -> None:
+    """Run ``work`` against the ``only`` services of a :func:`private_stack`, stopped again afterwards.
+
+    ``port_base`` None: against the running stack, as configured. The private stack's home is
+    removed when the work finished; after a failure it is kept for its logs.
+    """
+    import shutil
+
+    from modelops.stack import launcher
+
+    if port_base is None:
+        work()
+        return
+    cfg, home = private_stack(port_base, prefix, **extra)
+    finished = False
+    try:
+        launcher.up(cfg, progress=lambda line: None, only=list(only))
+        work()
+        finished = True
+    finally:
+        launcher.down(cfg, progress=lambda line: None)
+        if finished:
+            shutil.rmtree(home, ignore_errors=True)
 
 
 def _json(url: str) -> Any:

@@ -297,24 +297,10 @@ def main() -> None:
     args = parser.parse_args()
     if args.rounds < 3 or args.requests < 100:
         parser.error(f"--rounds: at least 3 (medians), --requests: at least 100; got {args.rounds} and {args.requests}")
-    if args.port_base is None:
-        bench(args)
-        return
-    from bench._stack import private_stack
+    from bench._stack import on_private_stack
 
-    from modelops.stack import launcher
-
-    cfg, home = private_stack(args.port_base, "modelops-bench-gateway-",
-                              MODELOPS_FEEDBACK_SECRET="modelops-bench-gateway-secret", MODELOPS_OBSERVABILITY="off")
-    finished = False
-    try:
-        launcher.up(cfg, progress=lambda line: None, only=["objectstore", "triton"])
-        bench(args)
-        finished = True
-    finally:
-        launcher.down(cfg, progress=lambda line: None)
-        if finished:
-            shutil.rmtree(home, ignore_errors=True)
+    on_private_stack(args.port_base, "modelops-bench-gateway-", lambda: bench(args), only=["objectstore", "triton"],
+                     MODELOPS_FEEDBACK_SECRET="modelops-bench-gateway-secret", MODELOPS_OBSERVABILITY="off")
 
 
 def bench(args: argparse.Namespace) -> None:
