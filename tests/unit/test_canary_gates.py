@@ -65,6 +65,13 @@ def test_bucket_quantile_tolerates_unsorted_and_dipping_counts() -> None:
     ("no histogram", VersionWindow(requests=1000, errors=0), window(), "p99_ms",
      Verdict.INCONCLUSIVE),
     ("thin latency", window(requests=10, latency_s=5.0), window(), "p99_ms", Verdict.INCONCLUSIVE),
+    # the stable answered all from its precomputed snapshot (no online histogram): the SLO alone
+    ("stable all precomputed, canary under SLO", window(latency_s=0.06), VersionWindow(requests=1000, errors=0),
+     "p99_ms", Verdict.PASSED),
+    ("stable all precomputed, canary over SLO", window(latency_s=0.6), VersionWindow(requests=1000, errors=0),
+     "p99_ms", Verdict.FAILED),
+    ("stable all precomputed but thin", window(latency_s=0.06), VersionWindow(requests=10, errors=0), "p99_ms",
+     Verdict.INCONCLUSIVE),
     ("std fine", window(std=0.1), window(), "score_std", Verdict.PASSED),
     ("collapsed", window(std=0.0001), window(), "score_std", Verdict.FAILED),
     ("std unknown", window(std=NAN), window(), "score_std", Verdict.INCONCLUSIVE),
@@ -95,6 +102,13 @@ def test_thresholds_are_reported() -> None:
     assert latency.threshold == pytest.approx(max(250.0, 1.5 * p99_ms(stable)))
     assert analysis.verdict is Verdict.FAILED
     assert "error_rate=0.05/0.02:failed" in analysis.summary()
+
+
+def test_a_stable_answered_from_precomputed_scores_holds_the_canary_to_the_slo() -> None:
+    analysis = evaluate(SPEC, measurement(window(latency_s=0.06), VersionWindow(requests=1000, errors=0)))
+    latency = analysis.gate("p99_ms")
+    assert latency is not None and latency.threshold == SPEC.slo_p99_ms
+    assert "precomputed" in latency.detail and analysis.verdict is not Verdict.INCONCLUSIVE
 
 
 @pytest.mark.parametrize(("name", "canary", "stable", "verdict"), [

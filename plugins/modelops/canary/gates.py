@@ -194,14 +194,24 @@ def error_gate(spec: CanarySpec, m: Measurement, evidence: ErrorEvidence | None 
 
 
 def latency_gate(spec: CanarySpec, m: Measurement) -> GateResult:
-    """Canary p99 (ms) <= max(SLO, latency_ratio × stable p99)."""
+    """Canary p99 (ms) <= max(SLO, latency_ratio × stable p99).
+
+    The histograms hold online answers only (see :data:`modelops.canary.sources.LATENCY_SOURCE`).
+    A stable version with enough requests in the window but no online answer in it answered
+    every one from its precomputed snapshot (the hourly ``precompute_predictions``): there is
+    no online p99 of the stable to scale, so the canary is held to the SLO alone.
+    """
     canary, stable = p99_ms(m.canary), p99_ms(m.stable)
-    threshold = NAN if math.isnan(stable) else max(spec.slo_p99_ms, spec.latency_ratio * stable)
     thin = _thin(spec, m)
-    if thin or math.isnan(canary) or math.isnan(stable):
+    if thin or math.isnan(canary):
+        threshold = NAN if math.isnan(stable) else max(spec.slo_p99_ms, spec.latency_ratio * stable)
         return GateResult("p99_ms", canary, threshold, Verdict.INCONCLUSIVE, thin or "latency histogram not measured")
+    if math.isnan(stable):
+        threshold, detail = spec.slo_p99_ms, "stable answered from precomputed scores only: the SLO alone"
+    else:
+        threshold, detail = max(spec.slo_p99_ms, spec.latency_ratio * stable), f"stable p99 {stable:.1f} ms"
     verdict = Verdict.FAILED if canary > threshold else Verdict.PASSED
-    return GateResult("p99_ms", canary, threshold, verdict, f"stable p99 {stable:.1f} ms")
+    return GateResult("p99_ms", canary, threshold, verdict, detail)
 
 
 def collapse_gate(spec: CanarySpec, m: Measurement) -> GateResult:
