@@ -100,6 +100,9 @@ SETTINGS: tuple[Setting, ...] = (
             "Triton HTTP URL; empty means the embedded server.", example="http://triton:8000"),
     Setting("triton_backend", "MODELOPS_TRITON_BACKEND", rules.choice("python", "onnxruntime"), "python",
             "Backend of published models: python (model.py running onnxruntime) or native onnxruntime."),
+    Setting("triton_gpus", "MODELOPS_TRITON_GPUS", rules.non_negative_int, "0",
+            "GPUs each Triton server has (0: CPU only). A spec's instance_group kind auto becomes KIND_GPU where "
+            "this is > 0, KIND_CPU otherwise; kind gpu is refused before Triton where it is 0.", example="1"),
     Setting("airflow_port", "MODELOPS_AIRFLOW_PORT", rules.port, "8380", "Port of the Airflow API server / UI."),
     Setting("airflow_worker_log_port", "MODELOPS_AIRFLOW_WORKER_LOG_PORT", rules.port, "8393",
             "Port of Airflow's worker log server."),
@@ -243,6 +246,7 @@ class Settings:
     triton_metrics_port: int
     triton_url: str
     triton_backend: str
+    triton_gpus: int
     airflow_port: int
     airflow_worker_log_port: int
     airflow_trigger_log_port: int

@@ -6,10 +6,16 @@ import json
 
 import pytest
 
-from modelops.errors import ServingError
+from modelops.errors import ContractError, ServingError
 from modelops.modelspec.spec import ModelSpec
 from modelops.serving.modelinfo import ModelInfo
-from modelops.serving.spec_files import served_spec, spec_bytes, spec_release_files, version_sha256
+from modelops.serving.spec_files import (
+    require_placement,
+    served_spec,
+    spec_bytes,
+    spec_release_files,
+    version_sha256,
+)
 
 SPEC = ModelSpec.from_dict({
     "name": "cancer", "flavor": "sklearn",
@@ -70,3 +76,31 @@ def test_a_model_without_batching_is_not_compared_with_a_batcher_it_does_not_hav
     assert "dynamic_batching" not in expected and config_mismatches(expected, reported) == []
     batched = config_json(SPEC)
     assert config_mismatches(batched, {**batched, "dynamic_batching": None}) != []  # a missing batcher is caught
+
+
+def _placed(group: dict[str, object]) -> ModelSpec:
+    return ModelSpec.from_dict({**SPEC.to_dict(), "tuning": {"instance_group": group}})
+
+
+def test_kind_auto_is_served_on_the_gpu_where_there_is_one_and_on_the_cpu_elsewhere() -> None:
+    auto = _placed({"kind": "auto", "count": 2})
+    on_cpu = spec_release_files(auto, 1, b"graph", _info(1), server_backend="onnxruntime")["cancer/config.pbtxt"]
+    on_gpu = spec_release_files(auto, 1, b"graph", _info(1), server_backend="onnxruntime",
+                                server_gpus=1)["cancer/config.pbtxt"]
+    assert b"kind: KIND_CPU, count: 2" in on_cpu and b"kind: KIND_GPU, count: 2" in on_gpu
+    assert served_spec(auto, "onnxruntime").tuning.instance_group.kind == "cpu"
+    assert auto.tuning.instance_group.kind == "auto"  # the stored declaration is the user's
+    require_placement(auto, 0)  # auto fits everywhere
+
+
+def test_a_gpu_spec_is_rendered_where_declared_and_refused_on_cpu_only_servers() -> None:
+    gpu = _placed({"kind": "gpu", "count": 1, "gpus": [0, 1]})
+    config = spec_release_files(gpu, 1, b"graph", _info(1), server_backend="onnxruntime",
+                                server_gpus=2)["cancer/config.pbtxt"]
+    assert b"kind: KIND_GPU, count: 1, gpus: [ 0, 1 ]" in config
+    require_placement(gpu, 2)
+    with pytest.raises(ContractError, match=r"tuning.instance_group.kind=gpu, but the Triton servers have no GPU "
+                                            r"\(MODELOPS_TRITON_GPUS=0\); declare kind: auto"):
+        require_placement(gpu, 0)
+    with pytest.raises(ContractError, match=r"tuning.instance_group.gpus=\[0, 1\]: the Triton servers have 1 GPU"):
+        require_placement(gpu, 1)

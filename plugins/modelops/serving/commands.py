@@ -92,7 +92,7 @@ def _reconcile(args: argparse.Namespace) -> int:
     # dns+http://name:port: every server behind the name, resolved again at each tick.
     reconciler = Reconciler(ObjectStore.from_settings(cfg), [], lambda model: specs_for(model, cfg),
                             grace_s=args.grace_s, discover=lambda: targets_of(urls, repository),
-                            server_backend=cfg.triton_backend)
+                            server_backend=cfg.triton_backend, server_gpus=cfg.triton_gpus)
     status_file = status_file_of(cfg)
     while True:
         started = time.monotonic()

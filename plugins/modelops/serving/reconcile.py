@@ -181,6 +181,7 @@ class Reconciler:
     last_routed: dict[tuple[str, int], float] = field(default_factory=dict)
     discover: Callable[[], Sequence[TritonTarget]] | None = None
     server_backend: str = "onnxruntime"  # how spec-published ONNX runs on these servers (serving.spec_files)
+    server_gpus: int = 0  # GPUs of each server: where a spec's kind auto is placed (serving.spec_files)
     specs_read: dict[tuple[str, int], ModelSpec | None] = field(default_factory=dict)
     """Each routed version's stored spec (None: the recommender's pipeline), read once: a version never changes."""
 
@@ -298,7 +299,7 @@ class Reconciler:
         from modelops.serving.index_store import model_lock
 
         model = spec.name
-        todo = spec_plan(client, spec, self.server_backend, routed, kept)
+        todo = spec_plan(client, spec, self.server_backend, routed, kept, self.server_gpus)
         if todo.in_sync:
             return Outcome(triton.url, model, "in_sync", todo.target)
         with model_lock(self.store, model, owner=f"reconcile {model} on {triton.url}", wait_s=self.lock_wait_s,
@@ -307,7 +308,7 @@ class Reconciler:
             if fresh is None:
                 return Outcome(triton.url, model, "skipped", detail="routes document gone")
             kept = self._kept(model, time.monotonic()) | active_holds(self.store, model)
-            todo = spec_plan(client, spec, self.server_backend, fresh, kept)
+            todo = spec_plan(client, spec, self.server_backend, fresh, kept, self.server_gpus)
             step = spec_step(client, self.store, triton.repository, spec, todo)
         if not step.changed:
             return Outcome(triton.url, model, "in_sync", step.target)

@@ -44,7 +44,14 @@ from modelops.serving.modelinfo import Manifest, ModelInfo, sha256_bytes
 from modelops.serving.pbtxt import config_mismatches
 from modelops.serving.publisher import code_revision, local_repository
 from modelops.serving.repository import REPOSITORY_PREFIX, mirror_release, upload_release
-from modelops.serving.spec_files import GRAPH_FILE, SPEC_FILE, served_spec, spec_release_files, version_sha256
+from modelops.serving.spec_files import (
+    GRAPH_FILE,
+    SPEC_FILE,
+    require_placement,
+    served_spec,
+    spec_release_files,
+    version_sha256,
+)
 from modelops.serving.triton import TritonClient, triton_clients
 
 SETTLE_TIMEOUT_S = 30.0
@@ -91,10 +98,10 @@ def verify_answers(client: TritonClient, spec: ModelSpec, version: int, prepared
     return worst
 
 
-def _load(client: TritonClient, spec: ModelSpec, version: int, server_backend: str) -> list[int]:
+def _load(client: TritonClient, spec: ModelSpec, version: int, server_backend: str, server_gpus: int) -> list[int]:
     previous = client.ready_versions(spec.name)
     target = sorted(set(previous) | {version})
-    expected = config_json(served_spec(spec, server_backend), versions=target)
+    expected = config_json(served_spec(spec, server_backend, server_gpus), versions=target)
     client.load(spec.name, expected)
     reported = client.model_config(spec.name, version)
     problems = config_mismatches(expected, {**reported, "version_policy": expected["version_policy"]})
@@ -104,15 +111,16 @@ def _load(client: TritonClient, spec: ModelSpec, version: int, server_backend: s
             problems = [f"Triton serves versions {client.ready_versions(spec.name)}, expected {target}"]
         time.sleep(0.1)
     if problems:
-        _restore(client, spec, previous, server_backend)
+        _restore(client, spec, previous, server_backend, server_gpus)
         raise ServingError(f"{spec.name} version {version}: Triton's config after loading differs from the "
                            "spec's:\n  " + "\n  ".join(problems))
     return previous
 
 
-def _restore(client: TritonClient, spec: ModelSpec, previous: list[int], server_backend: str) -> None:
+def _restore(client: TritonClient, spec: ModelSpec, previous: list[int], server_backend: str,
+             server_gpus: int) -> None:
     if previous:
-        client.load(spec.name, config_json(served_spec(spec, server_backend), versions=previous))
+        client.load(spec.name, config_json(served_spec(spec, server_backend, server_gpus), versions=previous))
     elif client.ready_versions(spec.name):
         client.unload(spec.name)
 
@@ -124,6 +132,7 @@ def publish_prepared(prepared: PreparedModel, *, mlflow_model_uri: str = "", mlf
     cfg = cfg or settings()
     store = store or ObjectStore.from_settings(cfg)
     spec, timings = prepared.spec, {}
+    require_placement(spec, cfg.triton_gpus)  # before a version number is taken or a byte uploaded
     started = time.perf_counter()
     sha = version_sha256(prepared.graph, spec)
     version = allocate_version(store, spec.name, sha).version
@@ -134,7 +143,8 @@ def publish_prepared(prepared: PreparedModel, *, mlflow_model_uri: str = "", mlf
         features=tuple(f.name for f in spec.features), owner="",
         created_at=datetime.now(UTC).isoformat(timespec="seconds"), code_revision=code_revision(),
     )
-    files = spec_release_files(spec, version, prepared.graph, info, server_backend=cfg.triton_backend)
+    files = spec_release_files(spec, version, prepared.graph, info, server_backend=cfg.triton_backend,
+                               server_gpus=cfg.triton_gpus)
     version_files = {p: d for p, d in files.items() if not p.endswith("config.pbtxt")}
     uploaded = upload_release(store, Manifest.of(spec.name, version, sha, version_files), files)
     mirror_release(store, spec.name, version, mirror_to or local_repository(cfg))
@@ -144,13 +154,13 @@ def publish_prepared(prepared: PreparedModel, *, mlflow_model_uri: str = "", mlf
         write_hold(store, spec.name, version, why=f"publish {spec.name} v{version}")
         for client in clients if clients is not None else triton_clients(cfg):
             started = time.perf_counter()
-            previous = _load(client, spec, version, cfg.triton_backend)
+            previous = _load(client, spec, version, cfg.triton_backend, cfg.triton_gpus)
             timings["load_s"] = timings.get("load_s", 0.0) + time.perf_counter() - started
             started = time.perf_counter()
             try:
                 worst = max(worst, verify_answers(client, spec, version, prepared))
             except ServingError as exc:
-                _restore(client, spec, previous, cfg.triton_backend)
+                _restore(client, spec, previous, cfg.triton_backend, cfg.triton_gpus)
                 raise ServingError(f"Triton {client.base_url}: {exc}") from exc
             timings["verify_s"] = timings.get("verify_s", 0.0) + time.perf_counter() - started
     return SpecPublishResult(spec.name, version, sha, uploaded, worst,

@@ -64,11 +64,11 @@ class SpecPlan:
 
 
 def spec_plan(client: TritonClient, spec: ModelSpec, server_backend: str, routed: frozenset[int],
-              kept: frozenset[int]) -> SpecPlan:
+              kept: frozenset[int], server_gpus: int = 0) -> SpecPlan:
     """``routed`` plus the ``kept`` versions the server serves already, under the config rendered from ``spec``."""
     served = client.ready_versions(spec.name)
     target = sorted(routed | (kept & set(served)))
-    expected = config_json(served_spec(spec, server_backend), versions=target)
+    expected = config_json(served_spec(spec, server_backend, server_gpus), versions=target)
     config_ok = not served or not config_mismatches(
         expected, {**client.model_config(spec.name, max(served)), "version_policy": expected["version_policy"]})
     return SpecPlan(tuple(served), tuple(target), expected, served == target and config_ok)
