@@ -53,12 +53,18 @@ class Champion:
 
 
 def champions(store: ObjectStore, models: list[str] | None = None) -> list[Champion]:
-    """The stable version of each routed model (``models``: only these; a missing one is an error).
+    """The stable version of each routed model that has a candidate set (``models``: only these).
+
+    Only the feature-lookup models (the recommender: users x candidate items) have answers to
+    precompute; a model published from its spec (:mod:`modelops.serving.spec_publish`) takes its
+    features inline in each request and is always answered online, so it is left out (logged).
 
     Raises:
-        ContractError: a named model has no routes document, or a document is invalid.
+        ContractError: a named model has no routes document, is published from its spec, or a
+            document is invalid.
     """
     from modelops.documents.routes import ROUTES_PREFIX, load_routes, model_from_key, routes_key
+    from modelops.serving.spec_reconcile import read_spec
 
     names = models or sorted(m for k in store.list_keys(ROUTES_PREFIX) if (m := model_from_key(k)) is not None)
     found: list[Champion] = []
@@ -67,6 +73,13 @@ def champions(store: ObjectStore, models: list[str] | None = None) -> list[Champ
         if models and not store.exists(key):
             raise ContractError(f"model={name!r}: no routes document {key} (example: model=recommender)")
         routes = load_routes(store.get_bytes(key))
+        if read_spec(store, name, routes.stable.version) is not None:
+            why = (f"model={name!r}: version {routes.stable.version} is published from its spec and takes its "
+                   "features inline; it has no candidate set to precompute and is always answered online")
+            if models:
+                raise ContractError(why)
+            log.info("skipped: %s", why)
+            continue
         found.append(Champion(name, routes.stable.version, routes.stable.sha256, routes.revision))
     return found
 
