@@ -148,6 +148,35 @@ def test_one_model_the_same_through_every_form_and_triton(zoo: dict[str, Any], s
         assert accepted.status_code == 202, accepted.text
 
 
+def test_explain_gives_each_row_contributions_that_add_up_to_its_score(zoo: dict[str, Any],
+                                                                        stack_settings: Any) -> None:
+    gateway, model = stack_settings.gateway_url, zoo["cancer"]
+    frame = _rows(4)
+    body = {"dataframe_split": {"columns": list(frame.columns), "data": frame.to_numpy().tolist()}}
+    plain = requests.post(f"{gateway}/v1/models/{model}/predict", json=body, timeout=10).json()
+    response = requests.post(f"{gateway}/v1/models/{model}/predict?explain=true&top_k=3", json=body, timeout=30)
+    assert response.status_code == 200, response.text
+    answer = response.json()
+    assert answer["predictions"] == plain["predictions"] and "explanations" not in plain
+    probabilities = np.asarray(answer["predictions"])
+    for i, item in enumerate(answer["explanations"]):
+        assert item["row"] == i and item["output"] == "probabilities"
+        assert item["class"] == int(np.argmax(probabilities[i]))  # the predicted class is explained
+        assert item["score"] == pytest.approx(probabilities[i][item["class"]], abs=1e-6)
+        top = item["feature_contributions"]
+        assert len(top) == 3 and {t["feature"] for t in top} <= set(frame.columns)
+        assert abs(top[0]["contribution"]) >= abs(top[-1]["contribution"])
+        total = item["baseline_score"] + sum(t["contribution"] for t in top) + item["other_features_contribution"]
+        assert total == pytest.approx(item["score"], abs=1e-4)  # additivity, through the real Triton
+        assert item["top_reason"].startswith(top[0]["feature"])
+    # The tensor model has no feature matrix: refused with the reason, before Triton.
+    refused = requests.post(f"{gateway}/v1/models/{zoo['tensors']}/predict?explain=true",
+                            json={"inputs": {"x": [[0.0] * 8], "ids": [[1]]}}, timeout=10)
+    assert refused.status_code == 400 and "one numeric input tensor" in refused.text, refused.text
+    bad = requests.post(f"{gateway}/v1/models/{model}/predict?top_k=0", json=body, timeout=10)
+    assert bad.status_code == 400 and "top_k" in bad.text, bad.text
+
+
 def test_two_models_with_different_contracts_at_once(zoo: dict[str, Any], stack_settings: Any,
                                                     triton_url: str) -> None:
     import tritonclient.http as httpclient

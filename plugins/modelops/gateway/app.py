@@ -316,7 +316,8 @@ class Gateway(GatewayPollers, EdgeServing):
             except HTTPError:
                 self.m_errors.inc((*labels_model, ("version", "none"), ("class", "contract")))
                 raise
-            await self._predict_tabular(path, routes, document, size, headers, request_id, send, timing)
+            await self._predict_tabular(path, routes, document, size, headers, request_id, send, timing,
+                                        query_string)
             return
         try:
             document, size = await self._read_json(headers, receive)

@@ -23,12 +23,14 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
+import numpy as np
 import numpy.typing as npt
 
 from modelops.documents.routes import Routes, VersionRef, choose_version, routed_versions, user_hash
 from modelops.errors import ContractError, ObjectStoreError
 from modelops.gateway.delay import RequestTiming, origin
 from modelops.gateway.eventlog import prediction_record
+from modelops.gateway.explain_spec import explain_problem, explain_rows
 from modelops.gateway.forms import BadInput, EdgeModel, Inputs, edge_model, predictions, summary, tabular_inputs
 from modelops.gateway.http import HTTPError, Send, error, respond, respond_json
 from modelops.gateway.inference import TritonFailed, TritonUnavailable
@@ -56,6 +58,7 @@ class EdgeServing:
     logs: Any
     windows: dict[tuple[str, int], ScoreWindow]
     options: Any
+    contract: Any
     m_requests: Any
     m_errors: Any
     m_latency: Any
@@ -120,7 +123,7 @@ class EdgeServing:
 
     # ------------------------------------------------------------------ the tabular form
     async def _predict_tabular(self, path: str, routes: Routes, document: Any, size: int, headers: dict[str, str],
-                               request_id: str, send: Send, timing: RequestTiming) -> None:
+                               request_id: str, send: Send, timing: RequestTiming, query_string: bytes = b"") -> None:
         model = routes.model
         stable = self._edge_of(model, routes.stable)
         key_value = _routing_value(stable, document)
@@ -131,6 +134,7 @@ class EdgeServing:
             violation = edge.check(document, "$")
             if violation is not None:
                 raise HTTPError(400, violation.to_body())
+            query = self._query_options(edge, query_string)
             try:
                 inputs, rows, key_value = tabular_inputs(edge, document)
             except BadInput as exc:
@@ -140,13 +144,46 @@ class EdgeServing:
             self.m_errors.inc((("model", model), ("version", "none"), ("class", "contract")))
             raise
         outputs = await self._infer(routes, version, labels, inputs, edge.output_names, deadline_s, timing)
+        explanations = None
+        if query["explain"]:  # the same version, within the same deadline
+            explanations = await self._explain_tabular(edge, version, labels, inputs, outputs, int(query["top_k"]),
+                                                       request_id, deadline_s, timing)
         token, variant = await self._log_prediction(routes, version, labels, key_value, rows, outputs, request_id,
                                                     timing)
         answer = {"predictions": predictions(outputs), "request_id": request_id, "model": model,
                   "model_version": version.version, "model_id": version.label, "variant": variant,
                   "feedback_token": token}
+        if explanations is not None:
+            answer["explanations"] = explanations
         await respond(send, 200, _JSON_ENCODE(answer), request_id, self._answer_headers(version, token, timing))
         self._answered(path, request_id, labels, version, variant, timing, size, rows)
+
+    def _query_options(self, edge: EdgeModel, query_string: bytes) -> dict[str, Any]:
+        """The predict query options (``explain``, ``top_k``: the platform's query contract), checked."""
+        query: dict[str, Any] = {"explain": False, "top_k": 5}
+        if query_string and self.contract.query is not None:
+            query, violation = self.contract.query.parse(query_string)
+            if violation is not None:
+                raise HTTPError(400, violation.to_body())
+        problem = explain_problem(edge) if query["explain"] else None
+        if problem is not None:
+            raise error(400, "not_explainable", problem)
+        return query
+
+    async def _explain_tabular(self, edge: EdgeModel, version: VersionRef, labels: tuple[tuple[str, str], ...],
+                               inputs: Inputs, outputs: Mapping[str, npt.NDArray[Any]], top_k: int, request_id: str,
+                               deadline_s: float, timing: RequestTiming) -> list[dict[str, Any]]:
+        started = time.perf_counter()
+        try:
+            async with asyncio.timeout(max(deadline_s - timing.total_s(), 1e-6)):
+                return await explain_rows(self.triton, edge, version.version, inputs[0][1],
+                                          np.asarray(outputs[edge.output_names[0]]), top_k, request_id,
+                                          n_permutations=self.options.explain_permutations,
+                                          concurrency=self.options.explain_concurrency)
+        except (TimeoutError, TritonUnavailable, TritonFailed) as exc:
+            raise self._triton_error(exc, labels, deadline_s) from exc
+        finally:
+            timing.inference_s += time.perf_counter() - started
 
     # ------------------------------------------------------------------ the Open Inference Protocol
     async def _oip(self, method: str, path: str, headers: dict[str, str], request_id: str,

@@ -53,20 +53,21 @@ def ranks_of(perms: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
     return ranks
 
 
-def path_inputs(x: Floats, baseline: Floats, perms: npt.NDArray[np.int64]) -> Floats:
+def path_inputs(x: Floats, baseline: Floats, perms: npt.NDArray[np.int64], dtype: type = np.float32) -> Floats:
     """The inputs to score: ``[n_items * n_permutations * (d + 1), d]``, item-major, then permutation, then step.
 
     Args:
         x: ``[n_items, d]`` the items' features (NaN where unknown, as scored).
         baseline: ``[d]`` the reference input.
         perms: ``[n_permutations, d]``.
+        dtype: the rows' dtype (the model's input tensor's; float32 for the recommender).
     """
     n, d = x.shape
     p = perms.shape[0]
     # switched[k, j, f]: is feature f switched to x's value at step j of permutation k
     switched = np.arange(d + 1)[None, :, None] > ranks_of(perms)[:, None, :]  # [p, d + 1, d]
     rows = np.where(switched[None, :, :, :], x[:, None, None, :], baseline[None, None, None, :])
-    return np.ascontiguousarray(rows.reshape(n * p * (d + 1), d), dtype=np.float32)
+    return np.ascontiguousarray(rows.reshape(n * p * (d + 1), d), dtype=dtype)
 
 
 @dataclass(frozen=True)

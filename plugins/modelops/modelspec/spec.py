@@ -21,12 +21,14 @@ Fields (JSON keys; defaults in brackets):
   features) or ``feature-lookup`` (the client sends an entity, items and a timestamp; the platform
   looks the features up, as for the reference recommender); ``max_items`` [50]: rows (tabular) or items
   (feature-lookup) per request.
-* ``features``: the model's input columns in order, each ``{name, dtype, min, max, description, owner,
-  drift_sensitivity, required, not_null_mostly}``: ``dtype`` one of :data:`DTYPES`; ``min``/``max``
-  [null] an optional range; ``drift_sensitivity`` [:data:`DEFAULT_DRIFT_SENSITIVITY`] in [0, 1], the
-  weight of the feature's drift in the nightly ranking; ``drift_threshold`` [null] in (0, 1], the KS D
-  above which this feature drifts (null: the job's default); ``required`` [true] a request must give it;
-  ``not_null_mostly`` [1.0] share of rows in a batch that must hold a value (null: nulls are fine).
+* ``features``: the model's input columns in order, each ``{name, dtype, min, max, baseline, description,
+  owner, drift_sensitivity, required, not_null_mostly}``: ``dtype`` one of :data:`DTYPES`; ``min``/``max``
+  [null] an optional range; ``baseline`` [null] the reference value of ``explain=true`` (set at publish
+  to the evaluation sample's mean where not declared); ``drift_sensitivity``
+  [:data:`DEFAULT_DRIFT_SENSITIVITY`] in [0, 1], the weight of the feature's drift in the nightly
+  ranking; ``drift_threshold`` [null] in (0, 1], the KS D above which this feature drifts (null: the
+  job's default); ``required`` [true] a request must give it; ``not_null_mostly`` [1.0] share of rows
+  in a batch that must hold a value (null: nulls are fine).
   Names may contain spaces (MLflow column names); they are unique.
 * ``tuning``: Triton batching and instances: ``max_batch_size`` [64] (0: no batching by Triton, shapes
   then have no batch dimension of their own); ``dynamic_batching`` [``{max_queue_delay_us: 100,
@@ -81,6 +83,7 @@ class Feature(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
     dtype: str
     min: float | None = None
     max: float | None = None
+    baseline: float | None = None
     description: str = ""
     owner: str = ""
     drift_sensitivity: float = DEFAULT_DRIFT_SENSITIVITY

@@ -32,6 +32,7 @@ import numpy as np
 
 from modelops.config import Settings, settings
 from modelops.errors import ServingError
+from modelops.modelspec.baselines import with_baselines
 from modelops.modelspec.convert import PROBABILITY_TOLERANCE, REGRESSION_TOLERANCE
 from modelops.modelspec.derive import TAG_PREFIX
 from modelops.modelspec.render import config_json
@@ -131,7 +132,8 @@ def publish_prepared(prepared: PreparedModel, *, mlflow_model_uri: str = "", mlf
     """Upload, mirror, load and verify ``prepared`` on every Triton server (see the module docstring)."""
     cfg = cfg or settings()
     store = store or ObjectStore.from_settings(cfg)
-    spec, timings = prepared.spec, {}
+    # the explain baseline (each feature's sample mean where not declared) is part of the version's identity
+    spec, timings = with_baselines(prepared.spec, prepared.sample), {}
     require_placement(spec, cfg.triton_gpus)  # before a version number is taken or a byte uploaded
     started = time.perf_counter()
     sha = version_sha256(prepared.graph, spec)
