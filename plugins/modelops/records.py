@@ -71,6 +71,27 @@ EXPLANATIONS = pa.schema(
 """One row per explained request that is sampled like the scored samples: the answer's ``explanations`` (JSON)."""
 
 
+MODEL_SAMPLES = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("ts", TS),
+        ("model", pa.string()),
+        ("model_version", pa.int64()),
+        ("spec", pa.string()),
+        ("row_index", pa.int32()),
+        ("features", pa.list_(pa.float64())),
+        ("outputs", pa.list_(pa.float64())),
+    ]
+)
+"""Scored samples of models served from their spec: one row per scored request row.
+
+``features``: the row's values in the order of the version's spec ``features`` (NaN where the
+request sent null); the columns' names are that spec's, named by ``spec`` (its object key,
+``triton/repository/<model>/<version>/model-spec.json``), so one log holds any number of models,
+each with its own columns. ``outputs``: the row of the model's first output (a classifier's
+probabilities, a regressor's value)."""
+
+
 def scored_samples_schema(feature_names: Sequence[str]) -> pa.Schema:
     """Scored samples: the base columns, then one float64 column per feature (null when missing)."""
     return pa.schema([*SCORED_SAMPLE_BASE, *(pa.field(name, pa.float64()) for name in feature_names)])
@@ -81,8 +102,9 @@ LOG_PREFIXES = {
     "feedback": "logs/feedback",
     "scored_samples": "logs/scored_samples",
     "explanations": "logs/explanations",
+    "model_samples": "logs/model_samples",
 }
-"""Key prefixes of the three logs inside the platform bucket."""
+"""Key prefixes of the gateway's logs inside the platform bucket."""
 
 
 def partition_path(prefix: str, when: datetime) -> str:

@@ -177,6 +177,41 @@ def test_explain_gives_each_row_contributions_that_add_up_to_its_score(zoo: dict
     assert bad.status_code == 400 and "top_k" in bad.text, bad.text
 
 
+def test_each_models_rows_reach_the_model_samples_log_with_its_own_columns(zoo: dict[str, Any], stack_settings: Any,
+                                                                          object_store: ObjectStore) -> None:
+    from modelops.modelspec.spec import ModelSpec
+    from modelops.records import LOG_PREFIXES, MODEL_SAMPLES
+    from tests.integration.test_gateway import _log_rows
+
+    gateway, model = stack_settings.gateway_url, zoo["cancer"]
+    frame, ids = _rows(3), {f"samples-{uuid.uuid4().hex[:8]}-{k}" for k in range(2)}
+    answers = {}
+    for rid in ids:
+        response = requests.post(f"{gateway}/v1/models/{model}/predict", headers={"X-Request-ID": rid},
+                                 json={"dataframe_records": frame.to_dict(orient="records")}, timeout=10)
+        assert response.status_code == 200, response.text
+        answers[rid] = response.json()["predictions"]
+    day = datetime.now(UTC).strftime("%Y-%m-%d")
+    prefix = f"{LOG_PREFIXES['model_samples']}/dt={day}"
+    deadline, rows = time.monotonic() + 60, []
+    while time.monotonic() < deadline and len(rows) < 6:
+        rows = _log_rows(object_store, prefix, "request_id", ids)
+        time.sleep(0.5)
+    assert len(rows) == 6, rows  # share 1.0 on the test stack: every row of both requests
+    spec = ModelSpec.from_json(object_store.get_bytes(rows[0]["spec"]))
+    assert [f.name for f in spec.features] == list(frame.columns)  # the record names the columns' spec
+    for row in rows:
+        assert (row["model"], row["model_version"]) == (model, 1)
+        np.testing.assert_allclose(row["features"], frame.iloc[row["row_index"]].to_numpy(), rtol=1e-6)
+        np.testing.assert_allclose(row["outputs"], answers[row["request_id"]][row["row_index"]], atol=1e-6)
+    import io
+
+    import pyarrow.parquet as pq
+
+    key = next(iter(object_store.list_keys(prefix + "/")))
+    assert pq.read_table(io.BytesIO(object_store.get_bytes(key))).schema.equals(MODEL_SAMPLES)
+
+
 def test_two_models_with_different_contracts_at_once(zoo: dict[str, Any], stack_settings: Any,
                                                     triton_url: str) -> None:
     import tritonclient.http as httpclient

@@ -29,9 +29,18 @@ import numpy.typing as npt
 from modelops.documents.routes import Routes, VersionRef, choose_version, routed_versions, user_hash
 from modelops.errors import ContractError, ObjectStoreError
 from modelops.gateway.delay import RequestTiming, origin
-from modelops.gateway.eventlog import prediction_record
+from modelops.gateway.eventlog import model_sample_record, prediction_record
 from modelops.gateway.explain_spec import explain_problem, explain_rows
-from modelops.gateway.forms import BadInput, EdgeModel, Inputs, edge_model, predictions, summary, tabular_inputs
+from modelops.gateway.forms import (
+    BadInput,
+    EdgeModel,
+    Inputs,
+    edge_model,
+    predictions,
+    sample_features,
+    summary,
+    tabular_inputs,
+)
 from modelops.gateway.http import HTTPError, Send, error, respond, respond_json
 from modelops.gateway.inference import TritonFailed, TritonUnavailable
 from modelops.gateway.metrics import ScoreWindow
@@ -39,7 +48,7 @@ from modelops.gateway.oip import infer_answer, model_metadata, parse_infer
 from modelops.gateway.spool import SpoolFull
 from modelops.gateway.tokens import TokenClaims, issue_token
 from modelops.modelspec.recommender import recommender_spec
-from modelops.serving.spec_reconcile import read_spec
+from modelops.serving.spec_reconcile import read_spec, spec_key
 
 log = logging.getLogger(__name__)
 OIP_MODEL = re.compile(r"^/v2/models/([A-Za-z0-9_.-]{1,128})(/ready|/infer)?$")
@@ -59,6 +68,7 @@ class EdgeServing:
     windows: dict[tuple[str, int], ScoreWindow]
     options: Any
     contract: Any
+    sampling: Any
     m_requests: Any
     m_errors: Any
     m_latency: Any
@@ -150,6 +160,7 @@ class EdgeServing:
                                                        request_id, deadline_s, timing)
         token, variant = await self._log_prediction(routes, version, labels, key_value, rows, outputs, request_id,
                                                     timing)
+        self._sample(edge, version, inputs, outputs, request_id)
         answer = {"predictions": predictions(outputs), "request_id": request_id, "model": model,
                   "model_version": version.version, "model_id": version.label, "variant": variant,
                   "feedback_token": token}
@@ -250,6 +261,7 @@ class EdgeServing:
             raise HTTPError(exc.status, {"error": exc.body.get("message", "")}, exc.headers) from exc
         token, variant = await self._log_prediction(routes, version, labels, request.key_value, request.rows,
                                                     outputs, request_id, timing)
+        self._sample(edge, version, request.inputs, outputs, request_id)
         body_out, header_length = infer_answer(model, version.version, request, outputs, {
             "request_id": request_id, "model_id": version.label, "variant": variant, "feedback_token": token})
         extra = self._answer_headers(version, token, timing)
@@ -321,6 +333,17 @@ class EdgeServing:
                 window = self.windows[(model, version.version)] = ScoreWindow(self.options.score_window_s)
             window.add(now, int(n), total, squares, peak)
         return token, variant
+
+    def _sample(self, edge: EdgeModel, version: VersionRef, inputs: Inputs, outputs: Mapping[str, npt.NDArray[Any]],
+                request_id: str) -> None:
+        """Queue the request's rows for the model-samples log (sampled as the recommender's scored samples)."""
+        features = sample_features(edge, inputs)
+        if features is None or not edge.output_names or not self.sampling.take(request_id, time.monotonic()):
+            return
+        self.logs.committers["model_samples"].append_nowait(model_sample_record(
+            request_id=request_id, ts=time.time(), model=edge.spec.name, model_version=version.version,
+            spec=spec_key(edge.spec.name, version.version), features=features,
+            outputs=np.asarray(outputs[edge.output_names[0]])))
 
     def _answer_headers(self, version: VersionRef, token: str, timing: RequestTiming) -> list[tuple[bytes, bytes]]:
         return [(b"x-model-version", version.label.encode()),

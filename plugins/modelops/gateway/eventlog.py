@@ -34,11 +34,18 @@ from modelops.errors import ModelopsError
 from modelops.gateway.groupcommit import GroupCommitter
 from modelops.gateway.spool import SegmentWriter, spool_usage
 from modelops.gateway.upload import BlobStore, SegmentConverter, Uploader, iter_hours
-from modelops.records import EXPLANATIONS, FEEDBACK, LOG_PREFIXES, PREDICTIONS, scored_samples_schema
+from modelops.records import (
+    EXPLANATIONS,
+    FEEDBACK,
+    LOG_PREFIXES,
+    MODEL_SAMPLES,
+    PREDICTIONS,
+    scored_samples_schema,
+)
 
 log = logging.getLogger(__name__)
 
-KINDS: tuple[str, ...] = ("predictions", "feedback", "scored_samples", "explanations")
+KINDS: tuple[str, ...] = ("predictions", "feedback", "scored_samples", "explanations", "model_samples")
 
 
 def to_us(epoch_s: float) -> int:
@@ -65,6 +72,15 @@ def scored_record(*, request_id: str, ts: float, model: str, model_version: int,
     return [request_id, to_us(ts), model, model_version,
             np.ascontiguousarray(scores, dtype=np.float32).tobytes(),
             np.ascontiguousarray(features, dtype=np.float32).tobytes()]
+
+
+def model_sample_record(*, request_id: str, ts: float, model: str, model_version: int, spec: str,
+                        features: npt.NDArray[Any], outputs: npt.NDArray[Any]) -> list[Any]:
+    """A model-samples record: one per request, its ``[n, k]`` features and ``[n, m]`` first output as float64 bytes."""
+    rows = features.shape[0]
+    return [request_id, to_us(ts), model, model_version, spec, rows,
+            np.ascontiguousarray(features, dtype=np.float64).tobytes(),
+            np.ascontiguousarray(outputs, dtype=np.float64).reshape(rows, -1).tobytes()]
 
 
 def explanation_record(*, request_id: str, ts: float, model: str, model_version: int,
@@ -151,6 +167,38 @@ def scored_converter(feature_names: Sequence[str]) -> SegmentConverter:
     return convert
 
 
+def convert_model_samples(records: list[list[Any]]) -> dict[datetime, bytes]:
+    """The converter of model-samples records: one row per scored request row (:data:`MODEL_SAMPLES`)."""
+    out: dict[datetime, bytes] = {}
+    for hour, indexes in iter_hours([r[1] for r in records]):
+        base: list[list[Any]] = [[], [], [], [], [], []]
+        features: list[pa.Array] = []
+        outputs: list[pa.Array] = []
+        for i in indexes:
+            request_id, ts_us, model, version, spec, rows, feature_bytes, output_bytes = records[i]
+            for column, value in zip(base[:5], (request_id, ts_us, model, version, spec), strict=True):
+                column.extend([value] * rows)
+            base[5].extend(range(rows))
+            values = np.frombuffer(feature_bytes, dtype=np.float64)
+            answers = np.frombuffer(output_bytes, dtype=np.float64)
+            features.append(_lists(values, rows))
+            outputs.append(_lists(answers, rows))
+        columns: list[pa.Array | pa.ChunkedArray] = [
+            pa.array(values, type=MODEL_SAMPLES.field(c).type) for c, values in enumerate(base[:5])]
+        columns.append(pa.array(base[5], pa.int32()))
+        columns.extend([pa.chunked_array(features, pa.list_(pa.float64())),
+                        pa.chunked_array(outputs, pa.list_(pa.float64()))])
+        out[hour] = _parquet(pa.Table.from_arrays(columns, schema=MODEL_SAMPLES))
+    return out
+
+
+def _lists(flat: npt.NDArray[np.float64], rows: int) -> pa.Array:
+    """``flat`` (``rows`` equal rows, row-major) as a list array, one list per row."""
+    width = len(flat) // rows if rows else 0
+    offsets = pa.array(np.arange(rows + 1, dtype=np.int32) * width, pa.int32())
+    return pa.ListArray.from_arrays(offsets, pa.array(flat, pa.float64()))
+
+
 @dataclass(frozen=True)
 class SpoolConfig:
     """Spool tuning (module defaults until they become settings)."""
@@ -164,7 +212,7 @@ class SpoolConfig:
 
 
 class EventLogs:
-    """The gateway process' three logs: committers, uploaders and the upload loop."""
+    """The gateway process' logs (:data:`KINDS`): committers, uploaders and the upload loop."""
 
     def __init__(self, root: Path, store: BlobStore, feature_names: Sequence[str],
                  config: SpoolConfig = SpoolConfig()) -> None:
@@ -174,6 +222,7 @@ class EventLogs:
         converters: dict[str, SegmentConverter] = {
             "predictions": convert_predictions, "feedback": convert_feedback,
             "scored_samples": scored_converter(feature_names), "explanations": convert_explanations,
+            "model_samples": convert_model_samples,
         }
         self.committers: dict[str, GroupCommitter] = {}
         self.uploaders: dict[str, Uploader] = {}

@@ -221,6 +221,18 @@ def summary(outputs: Mapping[str, npt.NDArray[Any]]) -> tuple[float, float, floa
     return n, total, squares, float(finite.max()), math.sqrt(max(0.0, squares / n - mean * mean))
 
 
+def sample_features(model: EdgeModel, inputs: Inputs) -> npt.NDArray[np.float64] | None:
+    """The request's ``[n, k]`` feature values in the spec's column order (float64), or None for a tensor model."""
+    spec = model.spec
+    if not spec.features or not inputs:
+        return None
+    if len(inputs) == 1 and inputs[0][1].ndim == 2 and inputs[0][1].shape[1] == len(spec.features):
+        return np.asarray(inputs[0][1], dtype=np.float64)
+    if len(inputs) == len(spec.features) and all(a.ndim == 2 and a.shape[1] == 1 for _, a in inputs):
+        return np.hstack([np.asarray(a, dtype=np.float64) for _, a in inputs])
+    return None
+
+
 def feature_violation(model: EdgeModel, inputs: Sequence[tuple[str, npt.NDArray[Any]]],
                       where: str) -> BadInput | None:
     """A range or NaN rule of the spec's features broken by a feature matrix (tensors sent as they are).

@@ -38,13 +38,18 @@ class SpecStep:
     unloaded: tuple[int, ...]
 
 
+def spec_key(model: str, version: int) -> str:
+    """The object key of a spec-published version's ``model-spec.json``."""
+    return f"{REPOSITORY_PREFIX}{model}/{version}/{SPEC_FILE}"
+
+
 def read_spec(store: ObjectStore, model: str, version: int) -> ModelSpec | None:
     """The stored spec of a version, or None for a version published without one (the recommender's).
 
     Raises:
         ContractError: the stored spec is unreadable (the model is left as it is).
     """
-    key = f"{REPOSITORY_PREFIX}{model}/{version}/{SPEC_FILE}"
+    key = spec_key(model, version)
     if not store.exists(key):
         return None
     try:
