@@ -38,6 +38,9 @@ demo: venv prometheus
 # Debian's chromium opens the drift report in the integration tests (headless, as root in CI); Debian's
 # PostgreSQL 15 server binaries run the MLflow backend test's private cluster (it must not skip on a fresh machine).
 system-deps:
+	@/sbin/ldconfig -p | grep -q 'libgomp.so.1 ' || { \
+	  echo "==> installing Debian's libgomp1 (OpenMP runtime of the LightGBM wheel)"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libgomp1 >/dev/null; }
 	@command -v chromium >/dev/null || { \
 	  echo "==> installing Debian's chromium (headless browser for the report tests)"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }

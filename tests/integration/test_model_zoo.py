@@ -2,15 +2,18 @@
 
 Each model is logged the ordinary MLflow way (``mlflow.sklearn.log_model`` with a signature and an
 input example; ``mlflow.onnx.log_model`` of a graph with two inputs of different dtypes and two
-outputs), registered, and published with :func:`modelops.serving.spec_publish.publish_model`. For each:
-Triton's answers on the evaluation sample equal the framework's own within the tolerance, and the
-config Triton reports equals the one rendered from the spec. The models are released at the same time
-(two threads) to show they do not interfere. The canary release of such a model through the gateway
+outputs; ``mlflow.lightgbm.log_model`` of a 30-tree regressor on the diabetes set, converted with
+onnxmltools), registered, and published with :func:`modelops.serving.spec_publish.publish_model`. For
+each: Triton's answers on the evaluation sample equal the framework's own within the tolerance
+(probabilities 1e-5 absolute, the regressor's predictions 1e-4 relative), and the config Triton reports
+equals the one rendered from the spec. The models are released at the same time (three threads) to
+show they do not interfere. The canary release of such a model through the gateway
 is not wired yet (the per-model edge).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import uuid
 from collections.abc import Iterator
@@ -21,6 +24,7 @@ import numpy as np
 import pytest
 
 from modelops.errors import ContractError
+from modelops.modelspec.convert import REGRESSION_TOLERANCE
 from modelops.modelspec.render import config_json
 from modelops.objectstore import ObjectStore
 from modelops.serving.pbtxt import config_mismatches
@@ -59,6 +63,31 @@ def _log_sklearn() -> Any:
                                     input_example=x.iloc[:20])
 
 
+def _diabetes() -> tuple[Any, Any]:
+    from sklearn.datasets import load_diabetes
+
+    data = load_diabetes(as_frame=True)
+    return data.data, data.target
+
+
+@functools.cache
+def _lightgbm_regressor() -> Any:
+    import lightgbm as lgb
+
+    x, y = _diabetes()
+    return lgb.LGBMRegressor(n_estimators=30, num_leaves=8, verbose=-1).fit(x, y)
+
+
+def _log_lightgbm() -> Any:
+    import mlflow.lightgbm
+    from mlflow.models import infer_signature
+
+    x, _ = _diabetes()
+    model = _lightgbm_regressor()
+    return mlflow.lightgbm.log_model(model, name="model", signature=infer_signature(x, model.predict(x)),
+                                     input_example=x.iloc[:20])
+
+
 def _log_onnx() -> Any:
     import mlflow.onnx
 
@@ -76,14 +105,15 @@ def names(triton_url: str) -> Iterator[list[str]]:
             client.unload(name)
 
 
-def test_two_models_of_other_flavors_are_published_at_once_and_answer_as_their_frameworks(
+def test_three_models_of_other_flavors_are_published_at_once_and_answer_as_their_frameworks(
     stack_settings: Any, mlflow_uri: str, triton_url: str, object_store: ObjectStore, names: list[str],
 ) -> None:
     suffix = uuid.uuid4().hex[:6]
-    cancer, onnx = f"zoo_cancer_{suffix}", f"zoo_two_inputs_{suffix}"
-    names.extend([cancer, onnx])
-    versions = {cancer: _register(mlflow_uri, cancer, _log_sklearn), onnx: _register(mlflow_uri, onnx, _log_onnx)}
-    with ThreadPoolExecutor(2) as pool:
+    cancer, onnx, diabetes = f"zoo_cancer_{suffix}", f"zoo_two_inputs_{suffix}", f"zoo_diabetes_lgbm_{suffix}"
+    names.extend([cancer, onnx, diabetes])
+    versions = {cancer: _register(mlflow_uri, cancer, _log_sklearn), onnx: _register(mlflow_uri, onnx, _log_onnx),
+                diabetes: _register(mlflow_uri, diabetes, _log_lightgbm)}
+    with ThreadPoolExecutor(3) as pool:
         results = dict(zip(versions, pool.map(lambda n: publish_model(n, versions[n], cfg=stack_settings), versions),
                            strict=True))
     client = TritonClient(triton_url)
@@ -101,6 +131,12 @@ def test_two_models_of_other_flavors_are_published_at_once_and_answer_as_their_f
         assert set(result.timings_s) == {"prepare_s", "upload_s", "load_s", "verify_s"}
     assert spec_doc is not None
     assert results[cancer].max_abs_diff <= 1e-5
+    # The regressor: max_abs_diff is absolute; the publish verified 1e-4 relative to max(|prediction|, 1).
+    x, _ = _diabetes()
+    predictions = _lightgbm_regressor().predict(x.iloc[:20])
+    assert results[diabetes].max_abs_diff <= REGRESSION_TOLERANCE * float(np.abs(predictions).max())
+    got = client.infer(diabetes, 1, {"input": x.iloc[:20].to_numpy(np.float32)}, ("variable",))
+    np.testing.assert_allclose(got["variable"].ravel(), predictions, rtol=REGRESSION_TOLERANCE)
     # The two-input model's answers, asked again here: total = sum(x) * ids, shifted = ids + 1.
     x = np.random.default_rng(3).normal(size=(4, 8)).astype(np.float32)
     ids = np.arange(4, dtype=np.int64).reshape(4, 1)

@@ -77,7 +77,8 @@ def is_classifier(model: Any) -> bool:
         return False
 
 
-def convert_sklearn(model: Any, n_features: int, *, dtype: str = "FP32", target_opset: int | None = None) -> bytes:
+def convert_sklearn(model: Any, n_features: int, *, dtype: str = "FP32",
+                    target_opset: int | dict[str, int] | None = None) -> bytes:
     """The serialized ONNX graph of the fitted ``model`` with one input ``input`` ``[-1, n_features]``.
 
     Raises:
@@ -110,30 +111,39 @@ def onnx_outputs(onnx_model: bytes) -> list[str]:
     return [o.name for o in session.get_outputs()]
 
 
-def check_parity(model: Any, onnx_model: bytes, sample: Any, *, dtype: str = "FP32",
-                 tolerance: float | None = None) -> Parity:
-    """Compare the ONNX graph with ``model`` on ``sample`` (a DataFrame or a 2-D array); see the module docstring."""
+def run_graph(onnx_model: bytes, sample: Any, dtype: str) -> dict[str, Any]:
+    """The graph's outputs (name → array) on ``sample`` (a DataFrame or a 2-D array) fed as ``input`` in ``dtype``."""
     import onnxruntime as ort
 
     features = np.asarray(sample.to_numpy() if hasattr(sample, "to_numpy") else sample)
     session = ort.InferenceSession(onnx_model, providers=["CPUExecutionProvider"])
     names = [o.name for o in session.get_outputs()]
-    results = dict(zip(names, session.run(None, {INPUT_NAME: features.astype(_NUMPY[dtype])}), strict=True))
-    if is_classifier(model):
-        kind, bound = "probabilities", PROBABILITY_TOLERANCE if tolerance is None else tolerance
-        if "probabilities" not in results:
-            raise ContractError(f"ONNX graph outputs {names}: no 'probabilities' (convert with zipmap=False)")
-        want, got = np.asarray(model.predict_proba(sample), dtype=np.float64), results["probabilities"]
-    else:
-        kind, bound = "prediction", REGRESSION_TOLERANCE if tolerance is None else tolerance
-        want, got = np.asarray(model.predict(sample), dtype=np.float64), results[names[0]]
+    return dict(zip(names, session.run(None, {INPUT_NAME: features.astype(_NUMPY[dtype])}), strict=True))
+
+
+def compare(kind: str, want: Any, got: Any, *, tolerance: float | None = None) -> Parity:
+    """The :class:`Parity` of ``got`` (the graph) against ``want`` (the model); kind: probabilities or prediction."""
+    bound = (PROBABILITY_TOLERANCE if kind == "probabilities" else REGRESSION_TOLERANCE) if tolerance is None \
+        else tolerance
+    want = np.asarray(want, dtype=np.float64)
     got = np.asarray(got, dtype=np.float64).reshape(want.shape)
     diff = np.abs(got - want)
     rel = diff / np.maximum(np.abs(want), 1.0)
     max_abs, max_rel = float(diff.max(initial=0.0)), float(rel.max(initial=0.0))
     measured = max_abs if kind == "probabilities" else max_rel
     return Parity(passed=bool(measured <= bound), kind=kind, max_abs_diff=max_abs, max_rel_diff=max_rel,
-                  tolerance=bound, rows=int(features.shape[0]))
+                  tolerance=bound, rows=int(want.shape[0]) if want.ndim else 1)
+
+
+def check_parity(model: Any, onnx_model: bytes, sample: Any, *, dtype: str = "FP32",
+                 tolerance: float | None = None) -> Parity:
+    """Compare the ONNX graph with ``model`` on ``sample`` (a DataFrame or a 2-D array); see the module docstring."""
+    results = run_graph(onnx_model, sample, dtype)
+    if is_classifier(model):
+        if "probabilities" not in results:
+            raise ContractError(f"ONNX graph outputs {list(results)}: no 'probabilities' (convert with zipmap=False)")
+        return compare("probabilities", model.predict_proba(sample), results["probabilities"], tolerance=tolerance)
+    return compare("prediction", model.predict(sample), next(iter(results.values())), tolerance=tolerance)
 
 
 def require_parity(parity: Parity) -> Parity:

@@ -8,9 +8,17 @@
 * ``sklearn``: converted with ``skl2onnx`` (FP32 input; FP64 when FP32 fails the parity check) and
   parity-checked on the evaluation sample against the estimator's own ``predict_proba`` / ``predict``
   (:mod:`modelops.modelspec.convert`: max abs diff ≤ 1e-5 for probabilities, relative 1e-4 for
-  predictions); a model that fails parity in both precisions is **refused** naming the difference;
-* ``lightgbm``, ``xgboost``, ``triton``, ``pyfunc``: refused before Triton, naming the flavor and
-  what is supported (the converters and the python-backend pyfunc path are not built yet).
+  predictions); a model that fails parity in both precisions is **refused** naming the difference.
+  A bare ``LGBM*`` / ``XGB*`` estimator logged with ``mlflow.sklearn`` is converted as the two below,
+  LightGBM/XGBoost steps inside a pipeline by skl2onnx with onnxmltools' converters registered;
+* ``lightgbm``, ``xgboost``: loaded with ``mlflow.lightgbm.load_model`` / ``mlflow.xgboost.load_model``
+  (the scikit-learn API or a raw ``Booster``), converted with ``onnxmltools``
+  (:mod:`modelops.modelspec.convert_boosters`; FP32, FP64 when FP32 fails) and parity-checked with the
+  same tolerances against the model's own ``predict_proba`` / ``predict`` (a binary raw booster's
+  ``predict`` is the positive class's probability); objectives other than classification and
+  regression (ranking, raw margins) and a model failing parity in both precisions are **refused**;
+* ``triton``, ``pyfunc``: refused before Triton, naming the flavor and what is supported (the
+  python-backend pyfunc path is not built yet).
 
 The **evaluation sample**, in this order: a table the run logged under ``eval/`` (``*.parquet`` or
 ``*.csv``, given as ``eval_table``), else the model's input example (``input_example.json``, as
@@ -20,13 +28,13 @@ semantics: the columns exist, values within the declared ``min``/``max``, no nul
 ``not_null_mostly`` forbids them) before anything is converted.
 
 **Expected answers** are the framework's own, through MLflow's own loading (``mlflow.pyfunc.load_model``
-for ONNX, the estimator's ``predict_proba``/``predict`` for sklearn), so the check after Triton loads the
-version compares Triton with the model the user logged, not with the converted graph.
+for ONNX, the estimator's or booster's ``predict_proba``/``predict`` for the converted flavors), so the
+check after Triton loads the version compares Triton with the model the user logged, not with the converted graph.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,12 +44,24 @@ import pandas as pd
 
 from modelops.errors import ContractError
 from modelops.modelspec.convert import Parity, check_parity, convert_sklearn, is_classifier, spec_for_graph
+from modelops.modelspec.convert_boosters import (
+    BoosterModel,
+    booster_answers,
+    booster_flavor,
+    check_booster_parity,
+    convert_booster,
+    describe_booster,
+    register_sklearn_converters,
+    sklearn_target_opset,
+)
 from modelops.modelspec.derive import derive_spec, input_example_path
 from modelops.modelspec.spec import ModelSpec, Tensor
 
 Array = np.ndarray[Any, Any]
-PUBLISHED_FLAVORS: tuple[str, ...] = ("onnx", "sklearn")
+PUBLISHED_FLAVORS: tuple[str, ...] = ("onnx", "sklearn", "lightgbm", "xgboost")
 """Flavors :func:`prepare_model` publishes today."""
+_CONVERTED = frozenset({"sklearn", "lightgbm", "xgboost"})
+"""Flavors converted to ONNX (and parity-checked) rather than served as logged."""
 _NUMPY = {"FP32": np.float32, "FP64": np.float64, "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_,
           "BYTES": np.object_}
 _EVAL_HINT = ("log an evaluation sample: mlflow.log_table / mlflow.log_artifact of a parquet or csv file under "
@@ -141,25 +161,58 @@ def _tensors(inputs: tuple[Tensor, ...], raw: Any, source: str) -> dict[str, Arr
     return out
 
 
+def _served(spec: ModelSpec, frame: pd.DataFrame, what: str, convert: Callable[[str], bytes],
+            check: Callable[[bytes, str], Parity], answers: Callable[[], Any]) -> PreparedModel:
+    """The first of FP32, FP64 whose converted graph passes its parity check; refused when neither does."""
+    failed: list[str] = []
+    for dtype in ("FP32", "FP64"):
+        graph = convert(dtype)
+        parity = check(graph, dtype)
+        if parity.passed:
+            served = spec_for_graph(spec, graph)
+            sample = {served.inputs[0].name: frame.to_numpy().astype(_NUMPY[dtype])}
+            output = served.outputs[0]
+            expected = {output.name: np.asarray(answers(), dtype=_NUMPY[output.dtype]).reshape(len(frame), -1)}
+            return PreparedModel(served, graph, sample, expected, parity, len(frame), notes=tuple(failed))
+        failed.append(f"{dtype}: {parity.describe()}")
+    raise ContractError(f"model {spec.name} ({what}): the ONNX conversion does not reproduce the model "
+                        f"({'; '.join(failed)}); it is refused rather than served wrong")
+
+
+def _booster_served(spec: ModelSpec, frame: pd.DataFrame, booster: BoosterModel) -> PreparedModel:
+    n = len(spec.features)
+    return _served(spec, frame, f"{booster.flavor} {booster.type_name}, objective {booster.objective}",
+                   lambda dtype: convert_booster(booster, n, dtype=dtype),
+                   lambda graph, dtype: check_booster_parity(booster, graph, frame, dtype=dtype),
+                   lambda: booster_answers(booster, frame))
+
+
 def _prepare_sklearn(model_dir: Path, spec: ModelSpec, frame: pd.DataFrame) -> PreparedModel:
     import mlflow.sklearn
 
     model = mlflow.sklearn.load_model(str(model_dir))
-    failed: list[str] = []
-    for dtype in ("FP32", "FP64"):
-        graph = convert_sklearn(model, len(spec.features), dtype=dtype)
-        parity = check_parity(model, graph, frame, dtype=dtype)
-        if parity.passed:
-            served = spec_for_graph(spec, graph)
-            name = served.inputs[0].name
-            sample = {name: frame.to_numpy().astype(_NUMPY[dtype])}
-            want = model.predict_proba(frame) if is_classifier(model) else model.predict(frame)
-            output = served.outputs[0]
-            expected = {output.name: np.asarray(want, dtype=_NUMPY[output.dtype]).reshape(len(frame), -1)}
-            return PreparedModel(served, graph, sample, expected, parity, len(frame), notes=tuple(failed))
-        failed.append(f"{dtype}: {parity.describe()}")
-    raise ContractError(f"model {spec.name} (sklearn {type(model).__name__}): the ONNX conversion does not "
-                        f"reproduce the model ({'; '.join(failed)}); it is refused rather than served wrong")
+    flavor = booster_flavor(model)
+    if flavor is not None:  # a bare LGBM*/XGB* estimator logged with mlflow.sklearn: onnxmltools converts it
+        return _booster_served(spec, frame, describe_booster(flavor, model))
+    register_sklearn_converters()  # LightGBM/XGBoost steps inside a pipeline
+    n, opset = len(spec.features), sklearn_target_opset(model)
+    return _served(spec, frame, f"sklearn {type(model).__name__}",
+                   lambda dtype: convert_sklearn(model, n, dtype=dtype, target_opset=opset),
+                   lambda graph, dtype: check_parity(model, graph, frame, dtype=dtype),
+                   lambda: model.predict_proba(frame) if is_classifier(model) else model.predict(frame))
+
+
+def _prepare_booster(model_dir: Path, spec: ModelSpec, frame: pd.DataFrame) -> PreparedModel:
+    """A ``lightgbm`` / ``xgboost`` flavor model, loaded with MLflow's own loader of that flavor."""
+    if spec.flavor == "lightgbm":
+        import mlflow.lightgbm
+
+        model = mlflow.lightgbm.load_model(str(model_dir))
+    else:
+        import mlflow.xgboost
+
+        model = mlflow.xgboost.load_model(str(model_dir))
+    return _booster_served(spec, frame, describe_booster(spec.flavor, model))
 
 
 def _prepare_onnx(model_dir: Path, spec: ModelSpec, raw: Any, source: str) -> PreparedModel:
@@ -202,8 +255,9 @@ def prepare_model(model_dir: Path, name: str, *, overrides: Mapping[str, Any] | 
     spec = derive_spec(model_dir, name, overrides)
     if spec.flavor not in PUBLISHED_FLAVORS:
         raise ContractError(f"model {name}: flavor {spec.flavor!r} is not published yet; published flavors: "
-                            f"{list(PUBLISHED_FLAVORS)} (log the model with mlflow.onnx.log_model or "
-                            "mlflow.sklearn.log_model, or convert it to ONNX first)")
+                            f"{list(PUBLISHED_FLAVORS)} (log the model with mlflow.onnx.log_model, "
+                            "mlflow.sklearn.log_model, mlflow.lightgbm.log_model or mlflow.xgboost.log_model, "
+                            "or convert it to ONNX first)")
     if eval_table is not None:
         raw: Any = read_eval_table(eval_table)
         source = f"eval/{eval_table.name}"
@@ -211,11 +265,12 @@ def prepare_model(model_dir: Path, name: str, *, overrides: Mapping[str, Any] | 
         raw, source = _input_example(model_dir), "input_example"
     if raw is None:
         raise ContractError(f"model {name}: no evaluation data to check it with; {_EVAL_HINT}")
-    if spec.flavor == "sklearn":
+    if spec.flavor in _CONVERTED:
         if not spec.features:
-            raise ContractError(f"model {name}: an sklearn model needs a column signature "
+            raise ContractError(f"model {name}: a {spec.flavor} model needs a column signature "
                                 "(infer_signature(X_frame, model.predict_proba(X_frame)))")
-        prepared = _prepare_sklearn(model_dir, spec, _frame(spec, raw, source))
+        prepare = _prepare_sklearn if spec.flavor == "sklearn" else _prepare_booster
+        prepared = prepare(model_dir, spec, _frame(spec, raw, source))
         return PreparedModel(prepared.spec, prepared.graph, prepared.sample, prepared.expected, prepared.parity,
                              prepared.sample_rows, source, prepared.notes)
     if spec.features and isinstance(raw, pd.DataFrame):
