@@ -119,9 +119,20 @@ def triton_url(stack_settings: object) -> str:
 
 @pytest.fixture(scope="session")
 def airflow(stack_settings: object) -> object:
+    """The test stack's Airflow client, with ``precompute_predictions`` paused for the session.
+
+    Its @hourly schedule is live from the stack's start. At the next full hour it would score every
+    model the suite has routed by then, which loads the 2 cores, and afterwards the gateway answers
+    those models' stable traffic from the snapshot. In a CI run of 2026-12-03 that paused a canary
+    release at 25 %. No test needs the schedule: ``tests/integration/test_precomputed.py`` runs the
+    job's body itself. A test that triggers the DAG unpauses it again (``AirflowClient.trigger``).
+    """
     from modelops.airflow_client import client_from_settings
 
-    return client_from_settings()
+    client = client_from_settings()
+    client.wait_for_dag("precompute_predictions", timeout_s=300)
+    client.pause("precompute_predictions")
+    return client
 
 
 @pytest.fixture(scope="session")
