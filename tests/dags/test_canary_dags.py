@@ -309,3 +309,22 @@ def test_a_retried_try_finds_the_release_that_ended_in_this_run() -> None:
     assert ended is not None and (ended.phase, ended.stable_version) == (Phase.PROMOTED, 1)
     checkpoints.save(Checkpoint(dataclasses.replace(status, phase=Phase.PROMOTED, started_at=900.0)))
     assert _ended_in_this_run(context, wiring) is None  # an earlier run's release
+    # Another try still promoting (Airflow started this one while it ran): waited for, not a first release.
+    checkpoints.save(Checkpoint(dataclasses.replace(status, phase=Phase.PROMOTING)))
+    assert _ended_in_this_run(context, wiring, promoting_wait_s=0.2, poll_s=0.05) is None  # never ended: as before
+    load = checkpoints.load
+    calls = []
+
+    def promoted_on_the_third_read() -> Any:
+        calls.append(1)
+        if len(calls) == 3:
+            checkpoints.save(Checkpoint(dataclasses.replace(status, phase=Phase.PROMOTED)))
+        return load()
+
+    checkpoints_of = ObjectStoreStatusStore.load
+    try:
+        ObjectStoreStatusStore.load = lambda self: promoted_on_the_third_read()  # type: ignore[method-assign]
+        ended = _ended_in_this_run(context, wiring, promoting_wait_s=5.0, poll_s=0.01)
+    finally:
+        ObjectStoreStatusStore.load = checkpoints_of  # type: ignore[method-assign]
+    assert ended is not None and (ended.phase, ended.stable_version) == (Phase.PROMOTED, 1) and len(calls) == 3

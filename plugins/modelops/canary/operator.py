@@ -320,16 +320,30 @@ class CanaryOperator(BaseOperator):
                 "reason": note, "mttr_s": None, "summary": note}
 
 
-def _ended_in_this_run(context: Any, wiring: Wiring) -> CanaryStatus | None:
-    """The status of this run's release of the canary version when it has already ended, else None."""
+def _ended_in_this_run(context: Any, wiring: Wiring, *, promoting_wait_s: float = 60.0,
+                       poll_s: float = 1.0) -> CanaryStatus | None:
+    """The status of this run's release of the canary version when it has already ended, else None.
+
+    A checkpoint of this run still ``promoting`` means another try of this task is finishing the
+    promotion: Airflow can start a new try while the old one still runs (it took the old one for
+    dead under load; CI of 2026-12-03). The routes already serve the canary as the stable, so this
+    try must not take it for a first release (its result would name no previous stable, and the
+    replaced version would never be retired): it waits up to ``promoting_wait_s`` for the end.
+    """
     from modelops.canary.adapters import ObjectStoreStatusStore, checkpoint_key
 
-    saved = ObjectStoreStatusStore(wiring.store, checkpoint_key(wiring.model, wiring.canary_version)).load()
+    checkpoints = ObjectStoreStatusStore(wiring.store, checkpoint_key(wiring.model, wiring.canary_version))
     run_start = context["dag_run"].start_date
-    if saved is None or not saved.status.phase.terminal or run_start is None \
-            or saved.status.started_at < run_start.timestamp():
-        return None
-    return saved.status
+    deadline = time.monotonic() + promoting_wait_s
+    while True:
+        saved = checkpoints.load()
+        if saved is None or run_start is None or saved.status.started_at < run_start.timestamp():
+            return None
+        if saved.status.phase.terminal:
+            return saved.status
+        if saved.status.phase is not Phase.PROMOTING or time.monotonic() >= deadline:
+            return None
+        time.sleep(poll_s)
 
 
 def _traffic_hint(spec: CanarySpec) -> list[str]:
