@@ -108,10 +108,9 @@ def _conversion_s(cfg: Any, name: str, version: str) -> float:
 
 def _anchor_s(cfg: Any, name: str, triton_version: int) -> float:
     """Copy the published files under a new name into Triton's repository, load them, infer once."""
-    import json
-
     import numpy as np
 
+    from modelops.modelspec.render import config_json
     from modelops.modelspec.spec import ModelSpec
     from modelops.serving.publisher import local_repository
     from modelops.serving.spec_files import SPEC_FILE, served_spec
@@ -122,14 +121,12 @@ def _anchor_s(cfg: Any, name: str, triton_version: int) -> float:
     copy = f"{name}_anchor"
     shutil.rmtree(repository / copy, ignore_errors=True)
     shutil.copytree(repository / name, repository / copy)
-    from modelops.modelspec.render import config_json
-
     config = config_json(served_spec(spec, cfg.triton_backend, cfg.triton_gpus), name=copy, versions=[triton_version])
     client = TritonClient(cfg.triton_http_url)
     inputs = {t.name: np.zeros([1, *[d for d in t.shape[1:]]], dtype=np.float32 if t.dtype == "FP32" else
                                np.float64 if t.dtype == "FP64" else np.int64) for t in spec.inputs}
     started = time.perf_counter()
-    client.load(copy, json.loads(json.dumps(config)))
+    client.load(copy, config)
     client.infer(copy, triton_version, inputs, tuple(t.name for t in spec.outputs))
     took = time.perf_counter() - started
     client.unload(copy)

@@ -19,8 +19,8 @@ import asyncio
 import logging
 import re
 import time
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, TypeVar
 
 import msgspec
 import numpy as np
@@ -51,6 +51,7 @@ from modelops.modelspec.recommender import recommender_spec
 from modelops.serving.spec_reconcile import read_spec, spec_key
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 OIP_MODEL = re.compile(r"^/v2/models/([A-Za-z0-9_.-]{1,128})(/ready|/infer)?$")
 _JSON_ENCODE = msgspec.json.Encoder().encode
 _JSON_DECODE = msgspec.json.Decoder().decode
@@ -184,17 +185,10 @@ class EdgeServing:
     async def _explain_tabular(self, edge: EdgeModel, version: VersionRef, labels: tuple[tuple[str, str], ...],
                                inputs: Inputs, outputs: Mapping[str, npt.NDArray[Any]], top_k: int, request_id: str,
                                deadline_s: float, timing: RequestTiming) -> list[dict[str, Any]]:
-        started = time.perf_counter()
-        try:
-            async with asyncio.timeout(max(deadline_s - timing.total_s(), 1e-6)):
-                return await explain_rows(self.triton, edge, version.version, inputs[0][1],
-                                          np.asarray(outputs[edge.output_names[0]]), top_k, request_id,
-                                          n_permutations=self.options.explain_permutations,
-                                          concurrency=self.options.explain_concurrency)
-        except (TimeoutError, TritonUnavailable, TritonFailed) as exc:
-            raise self._triton_error(exc, labels, deadline_s) from exc
-        finally:
-            timing.inference_s += time.perf_counter() - started
+        return await self._within_deadline(explain_rows(
+            self.triton, edge, version.version, inputs[0][1], np.asarray(outputs[edge.output_names[0]]), top_k,
+            request_id, n_permutations=self.options.explain_permutations,
+            concurrency=self.options.explain_concurrency), labels, deadline_s, timing)
 
     # ------------------------------------------------------------------ the Open Inference Protocol
     async def _oip(self, method: str, path: str, headers: dict[str, str], request_id: str,
@@ -278,16 +272,21 @@ class EdgeServing:
                      inputs: Inputs, outputs: tuple[str, ...], deadline_s: float,
                      timing: RequestTiming) -> dict[str, npt.NDArray[Any]]:
         self._check_spool(labels)
+        answer: dict[str, npt.NDArray[Any]] = await self._within_deadline(
+            self.triton.infer_tensors(routes.model, version.version, inputs, outputs), labels, deadline_s, timing)
+        return answer
+
+    async def _within_deadline(self, call: Awaitable[T], labels: tuple[tuple[str, str], ...], deadline_s: float,
+                               timing: RequestTiming) -> T:
+        """Await Triton ``call`` within what is left of the request's deadline; its time counts as inference."""
         started = time.perf_counter()
         try:
             async with asyncio.timeout(max(deadline_s - timing.total_s(), 1e-6)):
-                answer: dict[str, npt.NDArray[Any]] = await self.triton.infer_tensors(
-                    routes.model, version.version, inputs, outputs)
-                return answer
+                return await call
         except (TimeoutError, TritonUnavailable, TritonFailed) as exc:
             raise self._triton_error(exc, labels, deadline_s) from exc
         finally:
-            timing.inference_s = time.perf_counter() - started
+            timing.inference_s += time.perf_counter() - started
 
     def _check_spool(self, labels: tuple[tuple[str, str], ...]) -> None:
         """503 (counted) before any work when the prediction log's spool is over its budget."""
@@ -337,8 +336,10 @@ class EdgeServing:
     def _sample(self, edge: EdgeModel, version: VersionRef, inputs: Inputs, outputs: Mapping[str, npt.NDArray[Any]],
                 request_id: str) -> None:
         """Queue the request's rows for the model-samples log (sampled as the recommender's scored samples)."""
+        if not edge.spec.features or not edge.output_names or not self.sampling.take(request_id, time.monotonic()):
+            return  # a tensor model has no columns to log; the features are copied only for a sampled request
         features = sample_features(edge, inputs)
-        if features is None or not edge.output_names or not self.sampling.take(request_id, time.monotonic()):
+        if features is None:
             return
         self.logs.committers["model_samples"].append_nowait(model_sample_record(
             request_id=request_id, ts=time.time(), model=edge.spec.name, model_version=version.version,
