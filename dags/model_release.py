@@ -2,9 +2,12 @@
 
 Trigger it from the Airflow UI with the form (model, version number or alias, or a run URI
 that is registered first), or let ``release_on_staging`` start it when a version is moved to
-Staging in the MLflow UI. Steps: resolve candidate → contract gate (GX feature suite on the
-version's evaluation sample; results stored on the MLflow run; failure notifies and stops) →
-publish (sha256 → integer Triton version, verified upload, load) → verify served scores →
+Staging in the MLflow UI. Any MLflow model is released: the reference recommender's pipeline, or
+any other flavor published from its model spec (``modelops.release.spec_release``). Steps: resolve
+candidate → contract gate (GX suite — the recommender's feature suite, or the one rendered from the
+model's spec — on the version's evaluation sample; results stored on the MLflow run; failure notifies
+and stops) → publish (sha256 → integer Triton version, verified upload, load; a spec model's answers
+checked against its framework's own; a refused model fails without retry) → verify served →
 canary (``canary_to_approval``: a deferrable operator; the triggerer waits out each analysis
 interval) → ``approve_full_rollout`` (Required Actions in the UI; skipped unless
 ``require_approval``) → ``canary_finish`` (promotion, or the rest of the release) →
@@ -95,9 +98,10 @@ def model_release() -> None:
 
     @task(retries=2)
     def publish(candidate: dict[str, str], contract: dict[str, Any]) -> dict[str, Any]:
+        from modelops.airflow_tasks import gate
         from modelops.release.steps import publish as publish_version
 
-        return publish_version(candidate)
+        return gate(publish_version)(candidate)
 
     @task(retries=2)
     def verify_served(candidate: dict[str, str], published: dict[str, Any]) -> dict[str, Any]:

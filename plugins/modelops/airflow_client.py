@@ -118,6 +118,26 @@ class AirflowClient:
         path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/xcomEntries/{key}"
         return self.request("GET", path)["value"]
 
+    def task_log(self, dag_id: str, run_id: str, task_id: str, try_number: int, *, last: int = 40) -> str:
+        """The last ``last`` lines of one try's log (Airflow 3 returns structured events: their text)."""
+        path = f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}/logs/{try_number}"
+        content = self.request("GET", path, params={"full_content": "true"}).get("content", [])
+        lines = content.splitlines() if isinstance(content, str) else [_log_line(e) for e in content]
+        return "\n".join(lines[-last:])
+
+    def failed_tasks_logs(self, dag_id: str, run_id: str, *, last: int = 40) -> str:
+        """Every failed task's state and the end of its last try's log: what a test prints when a run failed."""
+        parts = []
+        for ti in self.task_instances(dag_id, run_id):
+            if ti.get("state") not in ("failed", "up_for_retry"):
+                continue
+            try:
+                text = self.task_log(dag_id, run_id, ti["task_id"], int(ti.get("try_number") or 1), last=last)
+            except AirflowError as exc:  # evidence for a message, never a failure of its own
+                text = f"(log unreadable: {exc})"
+            parts.append(f"--- {ti['task_id']} try {ti.get('try_number')} ({ti.get('state')}):\n{text}")
+        return "\n".join(parts)
+
     def wait(self, dag_id: str, run_id: str, *, timeout_s: float = 300.0,
              on_change: Callable[[str], None] | None = None) -> str:
         """Poll until the run ends; returns its final state."""
@@ -132,6 +152,14 @@ class AirflowClient:
                 return state
             time.sleep(1.0)
         raise AirflowError(f"run {dag_id}/{run_id} still {last!r} after {timeout_s:.0f} s")
+
+
+def _log_line(event: Any) -> str:
+    """One structured log event as a line: its message, and an exception's detail when it carries one."""
+    if not isinstance(event, dict):
+        return str(event)
+    detail = event.get("error_detail")
+    return f"{event.get('event', '')}{f' {detail}' if detail else ''}"
 
 
 def client_from_settings() -> AirflowClient:

@@ -84,8 +84,9 @@ def _start_training(airflow: AirflowClient, **params: Any) -> str:
 
 def _trained(airflow: AirflowClient, run_id: str) -> str:
     """The MLflow version a ``train_and_register`` run registered (waits for the run)."""
-    assert airflow.wait("train_and_register", run_id, timeout_s=600) == "success", _states(
-        airflow, "train_and_register", run_id)
+    state = airflow.wait("train_and_register", run_id, timeout_s=600)
+    assert state == "success", (f"{_states(airflow, 'train_and_register', run_id)}\n"
+                                f"{airflow.failed_tasks_logs('train_and_register', run_id)}")
     return str(airflow.xcom("train_and_register", run_id, "register")["version"])
 
 

@@ -26,7 +26,8 @@ def explain(airflow: AirflowClient, model: str, run_id: str) -> str:
     except Exception as exc:  # evidence for a failure message, never a failure of its own
         return f"task states {task_states(airflow, run_id)}\nno release status ({type(exc).__name__}: {exc})"
     if status is None:
-        return f"task states {task_states(airflow, run_id)}\nno release status"
+        return (f"task states {task_states(airflow, run_id)}\nno release status\n"
+                f"{airflow.failed_tasks_logs('model_release', run_id)}")
     last = "" if status.last_analysis is None else f"\nlast analysis: {status.last_analysis.summary()}"
     return f"task states {task_states(airflow, run_id)}\n{summary(status)}{last}"
 

@@ -86,8 +86,13 @@ def test_predictions_have_mlflow_shapes() -> None:
     assert predictions({"p": np.array([[0.2, 0.8]])}) == [[pytest.approx(0.2), pytest.approx(0.8)]]
     assert predictions({"y": np.array([[1.5], [2.5]])}) == [1.5, 2.5]
     assert predictions({"a": np.array([[1]]), "b": np.array([[2, 3]])}) == {"a": [1], "b": [[2, 3]]}
-    n, total, _squares, peak, std = summary({"p": np.array([[0.5, np.nan], [1.5, 1.0]])})
-    assert (n, total, peak) == (3.0, 3.0, 1.5) and std == pytest.approx(np.std([0.5, 1.5, 1.0]))
+    # A binary classifier's score is its positive-class column: a constant answer has no spread.
+    n, total, _squares, peak, std = summary({"p": np.array([[0.3, np.nan], [0.2, 0.8], [0.1, 0.9]])})
+    assert (n, total, peak) == (2.0, pytest.approx(1.7), 0.9) and std == pytest.approx(np.std([0.8, 0.9]))
+    assert summary({"p": np.array([[0.37, 0.63]] * 4)})[4] == 0.0
+    # a regressor's values as they are; a multiclass classifier's largest probability per row
+    assert summary({"y": np.array([[1.0], [3.0]])})[:2] == (2.0, 4.0)
+    assert summary({"p": np.array([[0.2, 0.5, 0.3], [0.6, 0.3, 0.1]])})[3] == pytest.approx(0.6)
 
 
 def _oip(**tensor: Any) -> dict[str, Any]:

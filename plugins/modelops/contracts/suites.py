@@ -55,6 +55,7 @@ from modelops.contracts import custom_expectations as cx
 from modelops.contracts.ecma import portable_pattern
 from modelops.errors import ContractError
 from modelops.features import DEFAULT_FEATURES_FILE, Feature, load_features
+from modelops.modelspec.spec import ModelSpec
 
 REQUEST_SCHEMA_FILE = PROJECT_ROOT / "expectations" / "request.schema.json"
 FEATURES_CUSTOM_FILE = PROJECT_ROOT / "expectations" / "suites" / "features.custom.json"
@@ -386,3 +387,11 @@ def suite_from_json(document: Mapping[str, Any]) -> gx.ExpectationSuite:
             "dropped while loading (unknown expectation type?)"
         )
     return suite
+
+
+def spec_suite(spec: ModelSpec) -> gx.ExpectationSuite:
+    """The contract gate's suite of a model published from its spec (rendered by ``gate_expectations``)."""
+    from modelops.modelspec.render import gate_expectations
+
+    return suite_from_json({"name": f"{spec.name}_features", "expectations": gate_expectations(spec),
+                            "meta": {"generated_from": f"model spec of {spec.name}"}})

@@ -149,6 +149,13 @@ class MlflowRegistry:
         )
         return Path(local)
 
+    def has_artifact(self, run_id: str, artifact_path: str) -> bool:
+        """Whether the run logged ``artifact_path`` (a file, or a folder holding anything)."""
+        parent, _, leaf = artifact_path.rstrip("/").rpartition("/")
+        found = self._call(f"list runs:/{run_id}/{parent}",
+                           lambda: self.client.list_artifacts(run_id, parent or None))
+        return any(item.path.rstrip("/").rpartition("/")[2] == leaf for item in found)
+
     def download_model(self, name: str, version: str | int, dst: Path) -> Path:
         """Download the MLflow model ``models:/<name>/<version>`` (its ``MLmodel`` folder) into ``dst``."""
         import mlflow.artifacts

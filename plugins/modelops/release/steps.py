@@ -25,11 +25,14 @@ _VERSION = re.compile(r"^[0-9]+$")
 
 @dataclass(frozen=True)
 class Candidate:
+    """The version a release takes; ``kind`` says how it is published (:mod:`modelops.release.spec_release`)."""
+
     model: str
     version: str
     run_id: str
     stage: str
     started_by: str
+    kind: str = "pipeline"
 
     def as_dict(self) -> dict[str, str]:
         return asdict(self)
@@ -68,7 +71,10 @@ def resolve_candidate(params: Mapping[str, Any], *, release_run_id: str) -> Cand
     claim_id = str(params.get("claim_id") or release_run_id)
     if not registry.claim_release(model, info.version, released_by=started_by, release_run_id=claim_id):
         raise GateFailed(f"{model}/{info.version} is already being released by another run; not releasing twice")
-    return Candidate(model, info.version, info.run_id or "", info.stage, started_by)
+    from modelops.release.spec_release import kind_of
+
+    return Candidate(model, info.version, info.run_id or "", info.stage, started_by,
+                     kind_of(registry, info.run_id or ""))
 
 
 def contract_gate(candidate: Mapping[str, str], *, notify: bool = True) -> dict[str, Any]:
@@ -83,24 +89,34 @@ def contract_gate(candidate: Mapping[str, str], *, notify: bool = True) -> dict[
     from modelops.contracts.suites import load_suite
     from modelops.contracts.validation import read_pandas, validate
     from modelops.registry.mlflow_registry import MlflowRegistry
+    from modelops.release.spec_release import SPEC, gate_input
 
     model, version, run_id = candidate["model"], candidate["version"], candidate["run_id"]
     registry = MlflowRegistry.from_settings()
     with tempfile.TemporaryDirectory() as tmp:
-        try:
-            sample = registry.download(run_id, EVAL_SAMPLE_ARTIFACT, Path(tmp))
-        except RegistryError as exc:
-            raise GateFailed(f"{model}/{version}: no evaluation sample {EVAL_SAMPLE_ARTIFACT} in run {run_id}: "
-                             f"log one with the model (see modelops example train)") from exc
-        frame = read_pandas(sample)
-        report = validate(frame.drop(columns=[c for c in ("score", "label") if c in frame.columns]),
-                          load_suite("features"))
+        if candidate.get("kind") == SPEC:
+            checked = gate_input(registry, model, version, run_id, Path(tmp))
+            if checked.frame is None:
+                summary = f"passed (a model of tensors: no columns to check; {checked.source} checked at publish)"
+                registry.to_staging(model, version, contract_passed=True, contract_result=summary)
+                return {"success": True, "summary": summary, "rows": 0, "artifacts": ""}
+            frame, suite, title = checked.frame, checked.suite, checked.title
+        else:
+            try:
+                sample = registry.download(run_id, EVAL_SAMPLE_ARTIFACT, Path(tmp))
+            except RegistryError as exc:
+                raise GateFailed(f"{model}/{version}: no evaluation sample {EVAL_SAMPLE_ARTIFACT} in run {run_id}: "
+                                 f"log one with the model (see modelops example train)") from exc
+            frame = read_pandas(sample)
+            frame = frame.drop(columns=[c for c in ("score", "label") if c in frame.columns])
+            suite, title = load_suite("features"), f"Feature contract: {model} v{version}"
+        report = validate(frame, suite)
         out = Path(tmp) / CONTRACT_ARTIFACT_DIR
         out.mkdir()
         (out / "features_validation.json").write_text(json.dumps(report.to_json_dict(), indent=2, default=str))
-        (out / "features_validation.html").write_text(
-            render_html(report, title=f"Feature contract: {model} v{version}"))
-        registry.log_artifacts(run_id, out, CONTRACT_ARTIFACT_DIR)
+        (out / "features_validation.html").write_text(render_html(report, title=title))
+        if run_id:
+            registry.log_artifacts(run_id, out, CONTRACT_ARTIFACT_DIR)
     failed = [o.describe() for o in report.failed]
     summary = "passed" if report.success else f"failed ({len(failed)} expectation(s))"
     if not report.success:
@@ -130,16 +146,22 @@ def _notify_contract_failure(model: str, version: str, failed: list[str], run_id
 
 def publish(candidate: Mapping[str, str]) -> dict[str, Any]:
     """Build, upload (verified) and load the Triton version; returns the publish result."""
+    from modelops.release import spec_release
     from modelops.serving.publisher import publish_version
 
+    if candidate.get("kind") == spec_release.SPEC:
+        return spec_release.publish(candidate)
     result = publish_version(candidate["model"], candidate["version"])
     return asdict(result)
 
 
 def verify(candidate: Mapping[str, str], published: Mapping[str, Any]) -> dict[str, Any]:
     """Triton serves the version, its config matches, and it scores like the ONNX files in-process."""
+    from modelops.release import spec_release
     from modelops.serving.publisher import fetch_version, verify_published
 
+    if candidate.get("kind") == spec_release.SPEC:
+        return spec_release.verify(published)
     artifacts, _ = fetch_version(candidate["model"], candidate["version"])
     check = verify_published(str(published["model"]), int(published["triton_version"]), artifacts)
     return asdict(check)

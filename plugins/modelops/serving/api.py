@@ -6,7 +6,9 @@ Each reads the settings (``settings()`` unless ``cfg`` is given), builds the cli
 and returns a small value suitable for XCom. With several Triton servers (``MODELOPS_TRITON_URL``
 a ``dns+`` name) each call covers every server: a load must succeed on every one (a server that
 is down fails it, and the task is retried), an unload skips a server that is not ready (it
-restarts empty, and the reconciler unloads whatever the routes do not name).
+restarts empty, and the reconciler unloads whatever the routes do not name). A version published from
+its model spec (a ``model-spec.json`` beside it) is one Triton model loaded with its spec's config
+(:mod:`modelops.serving.spec_serving`); the reference recommender's is its three-model pipeline.
 """
 
 from __future__ import annotations
@@ -26,6 +28,8 @@ from modelops.serving.publisher import (
     specs_for,
 )
 from modelops.serving.repository import mirror_release
+from modelops.serving.spec_reconcile import read_spec
+from modelops.serving.spec_serving import Placement, check_served, load_beside, unload_one
 from modelops.serving.triton import triton_clients
 
 __all__ = ["PublishResult", "load_version", "publish_version", "served_versions", "unload_version",
@@ -47,6 +51,11 @@ def load_version(model: str, triton_version: int, *, cfg: Settings | None = None
     with model_lock(store, model, owner=f"load {model} v{triton_version}"):
         # Held, so the reconciler keeps it loaded until the routes name it (or the hold expires).
         write_hold(store, model, triton_version, why=f"load {model} v{triton_version}")
+        spec = read_spec(store, model, triton_version)
+        if spec is not None:
+            placement = Placement(cfg.triton_backend, cfg.triton_gpus)
+            loaded = [load_beside(client, spec, triton_version, placement) for client in triton_clients(cfg)]
+            return sorted(set().union(*loaded))
         specs = specs_for(model, cfg)
         served = [loader.load_version(client, specs, triton_version) for client in triton_clients(cfg)]
         return sorted(set().union(*served))
@@ -58,14 +67,20 @@ def unload_version(model: str, triton_version: int, *, cfg: Settings | None = No
     store = ObjectStore.from_settings(cfg)
     with model_lock(store, model, owner=f"unload {model} v{triton_version}"):
         release_hold(store, model, triton_version)
+        spec = read_spec(store, model, triton_version)
         specs = specs_for(model, cfg)
+        placement = Placement(cfg.triton_backend, cfg.triton_gpus)
         left: set[int] = set()
         for client in triton_clients(cfg):
             if not client.is_ready():
                 log.warning("Triton %s not ready: %s v%d not unloaded there (it restarts empty; the reconciler "
                             "unloads what the routes do not name)", client.base_url, model, triton_version)
                 continue
-            left |= set(loader.unload_version(client, specs, triton_version))
+            if spec is not None:
+                left |= set(unload_one(client, model, triton_version, lambda v: read_spec(store, model, v) or spec,
+                                       placement))
+            else:
+                left |= set(loader.unload_version(client, specs, triton_version))
         return sorted(left)
 
 
@@ -87,7 +102,16 @@ def served_versions(model: str, *, cfg: Settings | None = None) -> list[int]:
 
 
 def verify_served(model: str, triton_version: int, *, cfg: Settings | None = None, rows: int = 8) -> bool:
-    """Whether ``model`` version ``triton_version`` answers the contract on every server; raises ServingError if not."""
-    for client in triton_clients(cfg or settings()):
-        loader.verify_served(client, model, triton_version, rows=rows)
+    """Whether ``model`` version ``triton_version`` answers the contract on every server; raises ServingError if not.
+
+    A spec-published version is checked for READY with its spec's config on every server (its answers were
+    compared with the framework's own when it was published).
+    """
+    cfg = cfg or settings()
+    spec = read_spec(ObjectStore.from_settings(cfg), model, triton_version)
+    for client in triton_clients(cfg):
+        if spec is not None:
+            check_served(client, spec, triton_version, Placement(cfg.triton_backend, cfg.triton_gpus))
+        else:
+            loader.verify_served(client, model, triton_version, rows=rows)
     return True

@@ -64,7 +64,7 @@ _CONVERTED = frozenset({"sklearn", "lightgbm", "xgboost"})
 """Flavors converted to ONNX (and parity-checked) rather than served as logged."""
 _NUMPY = {"FP32": np.float32, "FP64": np.float64, "INT32": np.int32, "INT64": np.int64, "BOOL": np.bool_,
           "BYTES": np.object_}
-_EVAL_HINT = ("log an evaluation sample: mlflow.log_table / mlflow.log_artifact of a parquet or csv file under "
+EVAL_HINT = ("log an evaluation sample: mlflow.log_table / mlflow.log_artifact of a parquet or csv file under "
               "eval/ in the model's run (example: mlflow.log_artifact('eval.parquet', 'eval')), or log the model "
               "with input_example=X[:20]")
 
@@ -105,7 +105,7 @@ def read_eval_table(path: Path) -> pd.DataFrame:
     raise ContractError(f"evaluation table {path.name}: must be .parquet or .csv (example: eval/sample.parquet)")
 
 
-def _input_example(model_dir: Path) -> Any:
+def input_example(model_dir: Path) -> Any:
     from mlflow.models import Model
 
     if input_example_path(model_dir) is None:
@@ -262,9 +262,9 @@ def prepare_model(model_dir: Path, name: str, *, overrides: Mapping[str, Any] | 
         raw: Any = read_eval_table(eval_table)
         source = f"eval/{eval_table.name}"
     else:
-        raw, source = _input_example(model_dir), "input_example"
+        raw, source = input_example(model_dir), "input_example"
     if raw is None:
-        raise ContractError(f"model {name}: no evaluation data to check it with; {_EVAL_HINT}")
+        raise ContractError(f"model {name}: no evaluation data to check it with; {EVAL_HINT}")
     if spec.flavor in _CONVERTED:
         if not spec.features:
             raise ContractError(f"model {name}: a {spec.flavor} model needs a column signature "

@@ -169,7 +169,7 @@ def publish_prepared(prepared: PreparedModel, *, mlflow_model_uri: str = "", mlf
                              store.uri(f"{REPOSITORY_PREFIX}{spec.name}/{version}/{SPEC_FILE}"), timings)
 
 
-def _eval_table(registry: Any, run_id: str, into: Path) -> Path | None:
+def eval_table(registry: Any, run_id: str, into: Path) -> Path | None:
     """The first ``.parquet``/``.csv`` the run logged under ``eval/``, None when it logged none."""
     from modelops.errors import RegistryError
 
@@ -198,7 +198,7 @@ def publish_model(name: str, mlflow_version: str | int, *, cfg: Settings | None 
     started = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
         model_dir = registry.download_model(name, info.version, Path(tmp) / "model")
-        table = _eval_table(registry, info.run_id, Path(tmp)) if info.run_id else None
+        table = eval_table(registry, info.run_id, Path(tmp)) if info.run_id else None
         tags = {k: v for k, v in registry.model_tags(name).items() if k.startswith(TAG_PREFIX)}
         prepared = prepare_model(model_dir, name, overrides={**tags, **(overrides or {})}, eval_table=table)
     # where it came from is the registry's name for it, not the temporary download folder

@@ -9,13 +9,13 @@ answer through its ``feedback_token``.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from modelops.traffic.simulation import TrafficSpec, make_request, reactions
 
@@ -46,9 +46,19 @@ class TrafficReport:
                 f" feedback [{actions}] 202:{self.feedback_status.get(202, 0)}")
 
 
+Bodies = Callable[[random.Random, float], Mapping[str, Any]]
+"""A request body from a random source and the wall time (the recommender's: ``make_request``)."""
+
+
 async def run_traffic(spec: TrafficSpec, url: str, *, progress: Callable[[str], None] = print,
-                      progress_every_s: float = 1.0) -> TrafficReport:
-    """Run ``spec`` against the gateway at ``url``; returns the report."""
+                      progress_every_s: float = 1.0, bodies: Bodies | None = None,
+                      stop: threading.Event | None = None) -> TrafficReport:
+    """Run ``spec`` against the gateway at ``url``; returns the report.
+
+    ``bodies`` makes each request's body (default: the recommender's feature-lookup requests of
+    ``spec``); a model of another form sends its own, e.g. :func:`modelops.traffic.tabular.tabular_bodies`.
+    ``stop``: set it to end the run early (the requests in flight are still answered and counted).
+    """
     import aiohttp
 
     rng = random.Random(spec.seed)
@@ -61,7 +71,7 @@ async def run_traffic(spec: TrafficSpec, url: str, *, progress: Callable[[str], 
 
     async with aiohttp.ClientSession(timeout=timeout) as session:
 
-        async def one(body: dict[str, object], decide: random.Random) -> None:
+        async def one(body: Mapping[str, Any], decide: random.Random) -> None:
             async with gate:
                 t0 = time.perf_counter()
                 try:
@@ -91,7 +101,7 @@ async def run_traffic(spec: TrafficSpec, url: str, *, progress: Callable[[str], 
         interval = 1.0 / spec.rate
         while report.sent < spec.max_requests:
             now = time.monotonic()
-            if now - started >= spec.max_seconds:
+            if now - started >= spec.max_seconds or (stop is not None and stop.is_set()):
                 break
             due = started + report.sent * interval
             if due > now:
@@ -102,7 +112,7 @@ async def run_traffic(spec: TrafficSpec, url: str, *, progress: Callable[[str], 
                         progress(report.line())
                         next_progress += progress_every_s
                     continue
-            body = make_request(rng, spec, time.time())
+            body = bodies(rng, time.time()) if bodies is not None else make_request(rng, spec, time.time())
             task = asyncio.get_running_loop().create_task(one(body, random.Random(rng.random())))
             tasks.add(task)
             task.add_done_callback(tasks.discard)
@@ -121,19 +131,18 @@ async def run_traffic(spec: TrafficSpec, url: str, *, progress: Callable[[str], 
 class BackgroundTraffic:
     """Run a traffic spec in a background thread for the length of a ``with`` block (a release, a test)."""
 
-    def __init__(self, spec: TrafficSpec, url: str) -> None:
+    def __init__(self, spec: TrafficSpec, url: str, bodies: Bodies | None = None) -> None:
         self.spec = spec
         self.url = url
+        self.bodies = bodies
         self.stop = threading.Event()
+        self.report: TrafficReport | None = None
+        """What the run did, once the ``with`` block has ended."""
         self.thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
 
     async def _main(self) -> None:
-        task = asyncio.create_task(run_traffic(self.spec, self.url, progress=lambda line: None))
-        while not self.stop.is_set() and not task.done():
-            await asyncio.sleep(0.2)
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        self.report = await run_traffic(self.spec, self.url, progress=lambda line: None, bodies=self.bodies,
+                                        stop=self.stop)
 
     def __enter__(self) -> BackgroundTraffic:
         self.thread.start()
@@ -141,4 +150,4 @@ class BackgroundTraffic:
 
     def __exit__(self, *exc: object) -> None:
         self.stop.set()
-        self.thread.join(timeout=10)
+        self.thread.join(timeout=20)
