@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from modelops import demo
 from modelops.canary.record import ReleaseRef, first_release, record_key
+from modelops.demo.common import recorded_outcome
+from modelops.demo.recommender import DEMO_MODEL
 
 
 class FakeStore:
@@ -39,15 +40,15 @@ def test_outcome_is_the_recorded_phase(monkeypatch: pytest.MonkeyPatch, phase: s
     from modelops.objectstore import ObjectStore
 
     store = FakeStore()
-    ref = ReleaseRef(demo.DEMO_MODEL, 7, "a" * 64, "3", "demo", "model_release", "run-1")
+    ref = ReleaseRef(DEMO_MODEL, 7, "a" * 64, "3", "demo", "model_release", "run-1")
     record = dataclasses.replace(first_release(ref, 1.0, "test"), phase=phase)
-    store.blobs[record_key(demo.DEMO_MODEL, 7)] = record.to_json().encode()
+    store.blobs[record_key(DEMO_MODEL, 7)] = record.to_json().encode()
     monkeypatch.setattr(ObjectStore, "from_settings", classmethod(lambda cls, *a, **k: store))
-    assert demo._recorded_outcome(FakeClient(), "run-1", run_state) == outcome
+    assert recorded_outcome(FakeClient(), DEMO_MODEL, "run-1", run_state) == outcome
 
 
 def test_without_a_record_the_outcome_is_unknown_not_guessed(monkeypatch: pytest.MonkeyPatch) -> None:
     from modelops.objectstore import ObjectStore
 
     monkeypatch.setattr(ObjectStore, "from_settings", classmethod(lambda cls, *a, **k: FakeStore()))
-    assert demo._recorded_outcome(FakeClient(), "run-1", "success").startswith("unknown")
+    assert recorded_outcome(FakeClient(), DEMO_MODEL, "run-1", "success").startswith("unknown")

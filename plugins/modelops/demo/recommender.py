@@ -1,49 +1,15 @@
-"""``modelops demo``: the platform's story as a sequence of named steps with progress output."""
+"""``modelops demo``, the reference recommender's story: train, release, canary (promote, roll back), Staging, jobs."""
 
 from __future__ import annotations
 
-import argparse
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from modelops.config import Settings, settings
+from modelops.config import Settings
+from modelops.demo.common import DEMO_CANARY, Step, expect_outcome, follow, run_note, wait_release
 
 if TYPE_CHECKING:
     from modelops.traffic.runner import BackgroundTraffic
-
-
-@dataclass(frozen=True)
-class Step:
-    name: str
-    run: Callable[[Settings], str]
-
-
-def _stack_up(cfg: Settings) -> str:
-    from modelops.stack import launcher
-
-    states = launcher.up(cfg, progress=lambda line: print(line, flush=True))
-    print(launcher.format_table(states))
-    return f"{len(states)} services healthy"
-
-
-def _urls(cfg: Settings) -> str:
-    from modelops.credentials import airflow_password
-
-    print(f"    Airflow UI  {cfg.airflow_api_url}  (user {cfg.airflow_user}, password {airflow_password(cfg)})")
-    print(f"    Releases    {cfg.airflow_api_url}/modelops/releases  (the release cockpit; Airflow nav: Browse)")
-    print(f"    MLflow UI   {cfg.mlflow_uri}")
-    print(f"    Triton      {cfg.triton_http_url}")
-    print(f"    S3 store    {cfg.s3_endpoint}  (buckets {cfg.bucket}, {cfg.mlflow_bucket})")
-    from modelops.observability.prometheus import active
-
-    if active(cfg):
-        print(f"    Prometheus  http://{cfg.bind_host}:{cfg.prometheus_port}  (rules and alerts: /rules, /alerts; "
-              "the dashboards' queries: grafana/dashboards/*.json)")
-        print(f"    Alertmanager http://{cfg.bind_host}:{cfg.alertmanager_port}  "
-              "(alerts to MODELOPS_NOTIFY_URLS through the relay)")
-    return "URLs printed"
 
 
 DEMO_MODEL = "recommender"
@@ -65,30 +31,10 @@ def _publish_features(cfg: Settings) -> str:
     return f"snapshot {published.snapshot}: {len(users)} users, {len(items)} items, {len(features)} features"
 
 
-def _follow(dag_id: str, conf: dict[str, object]) -> str:
-    from modelops.airflow_client import AirflowError, client_from_settings
-
-    client = client_from_settings()
-    run_id = client.trigger(dag_id, conf)
-    print(f"    triggered {dag_id} run {run_id} (watch it at {cfg_url(client.base_url, dag_id, run_id)})")
-    state = client.wait(dag_id, run_id, timeout_s=900,
-                        on_change=lambda s: print(f"    {dag_id}: {s}", flush=True))
-    if state != "success":
-        failed = [t["task_id"] for t in client.task_instances(dag_id, run_id) if t["state"] == "failed"]
-        raise AirflowError(f"{dag_id} run {run_id} ended {state} (failed tasks: {', '.join(failed) or '-'}); "
-                           f"see `modelops stack logs airflow-scheduler` and the task logs in the UI")
-    _STATE[f"{dag_id}:run_id"] = run_id
-    return run_id
-
-
-def cfg_url(base: str, dag_id: str, run_id: str) -> str:
-    return f"{base}/dags/{dag_id}/runs/{run_id}"
-
-
 def _train_and_register(cfg: Settings) -> str:
     from modelops.airflow_client import client_from_settings
 
-    run_id = _follow("train_and_register", {"model_name": DEMO_MODEL})
+    run_id = follow("train_and_register", {"model_name": DEMO_MODEL})
     registered = client_from_settings().xcom("train_and_register", run_id, "register")
     _STATE["version"] = registered["version"]
     return f"MLflow {DEMO_MODEL} version {registered['version']} (run {registered['run_id'][:12]})"
@@ -102,17 +48,17 @@ def _release(cfg: Settings) -> str:
     conf: dict[str, object] = {"model": DEMO_MODEL, "version": str(_STATE["version"])}
     earlier = current_routes(ObjectStore.from_settings(cfg), DEMO_MODEL)
     if earlier is None:
-        run_id = _follow("model_release", conf)
+        run_id = follow("model_release", conf)
     else:  # a second `make demo` on the stack the first one left up: a canary against what it left serving
         print(f"    an earlier demo left {DEMO_MODEL} Triton v{earlier.stable.version} serving: this release is a "
               "canary against it, under generated traffic")
         client = client_from_settings()
         with _traffic(cfg):
             run_id = client.trigger("model_release", {**conf, **DEMO_CANARY})
-            state = _wait_release(client, run_id)
+            state = wait_release(client, DEMO_MODEL, run_id)
         if state != "success":
             raise AirflowError(f"the release of {DEMO_MODEL} version {_STATE['version']} ended {state}: "
-                               f"{_note(client, run_id)}")
+                               f"{run_note(client, run_id)}")
     published = client_from_settings().xcom("model_release", run_id, "publish")
     _STATE["triton_version"] = published["triton_version"]
     from modelops.registry.mlflow_registry import MlflowRegistry
@@ -147,16 +93,6 @@ def _infer(cfg: Settings) -> str:
     return f"{len(scores)} scores from Triton {DEMO_MODEL} v{version}"
 
 
-DEMO_CANARY: dict[str, object] = {"canary_steps": "25,50,100", "analysis_interval_s": 5, "min_requests": 20,
-                                  "stable_grace_s": 5}
-"""The demo's canary: sized for its generated traffic (40 req/s); the defaults (1 % first, 60 s windows) suit
-busier models."""
-
-
-def _note(client: Any, run_id: str) -> str:
-    return str(client.request("GET", f"/api/v2/dags/model_release/dagRuns/{run_id}").get("note") or "")
-
-
 def _traffic(cfg: Settings) -> BackgroundTraffic:
     """Simulated users against the stack's gateway for the length of a release."""
     from modelops.traffic.runner import BackgroundTraffic
@@ -168,64 +104,20 @@ def _traffic(cfg: Settings) -> BackgroundTraffic:
     return BackgroundTraffic(spec, cfg.gateway_url)
 
 
-def _wait_release(client: Any, run_id: str) -> str:
-    """The release's end, or an error at once when it paused and waits for a person (never 15 minutes)."""
-    from modelops.airflow_client import AirflowError
-    from modelops.release.follow import PAUSED, wait_release
-
-    state = wait_release(client, DEMO_MODEL, run_id, timeout_s=900,
-                         on_change=lambda s: print(f"    model_release: {s}", flush=True),
-                         on_pause=lambda note: print("    " + note.replace("\n", "\n    "), flush=True))
-    if state == PAUSED:
-        raise AirflowError(f"the release of {DEMO_MODEL} (run {run_id}) paused and waits for a person (see above); "
-                           "resume it (`modelops release resume`) or abort it (`modelops release abort`), "
-                           "then run the demo again")
-    return state
-
-
-def _recorded_outcome(client: Any, run_id: str, state: str) -> str:
-    """The release's outcome from its recorded phase (the release record the canary task wrote), not the run state.
-
-    A run can succeed while its release paused or was aborted, and fail after a promotion;
-    the release record in the object store says what happened to the version.
-    """
-    import json
-
-    from modelops.airflow_client import AirflowError
-    from modelops.canary.record import ReleaseRecord, record_key
-    from modelops.objectstore import ObjectStore
-
-    try:
-        canary_version = int(client.xcom("model_release", run_id, "publish")["triton_version"])
-    except (AirflowError, KeyError, TypeError, ValueError):
-        return f"unknown (nothing published; the run ended {state})"
-    store, key = ObjectStore.from_settings(), record_key(DEMO_MODEL, canary_version)
-    if not store.exists(key):
-        return f"unknown (no release record; the run ended {state})"
-    record = ReleaseRecord.from_dict(json.loads(store.get_bytes(key)))
-    return {"rolled_back": "rolled back"}.get(record.phase, record.phase.replace("_", " "))
-
-
 def _canary_release(cfg: Settings, variant: str, expect: str) -> str:
     from modelops.airflow_client import client_from_settings
 
     client = client_from_settings()
     train_conf: dict[str, object] = {"model_name": DEMO_MODEL, "seed": 8 if variant == "good" else 9,
                                      "variant": variant, "error_rate": 0.3}
-    run_id = _follow("train_and_register", train_conf)
+    run_id = follow("train_and_register", train_conf)
     version = client.xcom("train_and_register", run_id, "register")["version"]
     print(f"    registered {DEMO_MODEL} version {version} ({variant}); releasing it with a canary under traffic")
     conf = {"model": DEMO_MODEL, "version": str(version), **DEMO_CANARY}
     with _traffic(cfg):
         release = client.trigger("model_release", conf)
-        state = _wait_release(client, release)
-    note = _note(client, release)
-    print("    timeline: " + note.replace("\n", "\n              "))
-    outcome = _recorded_outcome(client, release, state)
-    if outcome != expect:
-        from modelops.airflow_client import AirflowError
-
-        raise AirflowError(f"expected the {variant} version to be {expect}, it was {outcome}: {note}")
+        state = wait_release(client, DEMO_MODEL, release)
+    outcome = expect_outcome(client, DEMO_MODEL, release, state, f"the {variant} version", expect)
     return f"{DEMO_MODEL} version {version} ({variant}) {outcome}"
 
 
@@ -244,7 +136,7 @@ def _release_on_staging(cfg: Settings) -> str:
     from modelops.airflow_client import AirflowError, client_from_settings
 
     client = client_from_settings()
-    run_id = _follow("train_and_register", {"model_name": DEMO_MODEL, "seed": 10, "variant": "good"})
+    run_id = follow("train_and_register", {"model_name": DEMO_MODEL, "seed": 10, "variant": "good"})
     version = str(client.xcom("train_and_register", run_id, "register")["version"])
     mlflow = MlflowClient(cfg.mlflow_uri)
     # The model's release options, as its owner would set them once in the MLflow UI: a canary sized
@@ -269,7 +161,7 @@ def _release_on_staging(cfg: Settings) -> str:
         print(f"    release_on_staging started model_release run {release}")
         print(f"    follow it in the cockpit: {cfg.airflow_api_url}/modelops/releases (Airflow nav: Browse → "
               "Releases), or on the run page's Release tab")
-        state = _wait_release(client, release)
+        state = wait_release(client, DEMO_MODEL, release)
     if state != "success":
         raise AirflowError(f"the release of {DEMO_MODEL} version {version} from Staging ended {state}")
     _STATE["version"] = version
@@ -283,8 +175,8 @@ def _nightly_jobs(cfg: Settings) -> str:
     client = client_from_settings()
     day = time.strftime("%Y-%m-%d", time.gmtime())
     # A window of 36 s: today's run waits only that long for late feedback (the schedule waits 24 h).
-    _follow("feedback_join", {"window_hours": 0.01})
-    drift_run = _follow("nightly_drift", {})
+    follow("feedback_join", {"window_hours": 0.01})
+    drift_run = follow("nightly_drift", {})
     try:
         reports = client.xcom("nightly_drift", drift_run, "publish_reports") or []
     except AirflowError:  # skipped: no version had samples to compare yet
@@ -305,8 +197,6 @@ def _nightly_jobs(cfg: Settings) -> str:
 
 
 STEPS: tuple[Step, ...] = (
-    Step("bring the embedded stack up", _stack_up),
-    Step("show where to look", _urls),
     Step("publish the feature tables (object store)", _publish_features),
     Step("train and register the reference model (Airflow: train_and_register)", _train_and_register),
     Step("release it: contract gate, Triton publish, verify (Airflow: model_release)", _release),
@@ -315,21 +205,5 @@ STEPS: tuple[Step, ...] = (
     Step("release a version that fails 30% of requests (canary: expect rollback)", _release_faulty),
     Step("move a new version to Staging in MLflow: the release starts by itself (release_on_staging)",
          _release_on_staging),
-    Step("run feedback_join and nightly_drift on the demo's traffic (CTR / CVR, drift)", _nightly_jobs),
 )
-
-
-def run(cfg: Settings) -> int:
-    total = time.monotonic()
-    for index, step in enumerate(STEPS, start=1):
-        print(f"\n[{index}/{len(STEPS)}] {step.name} ...", flush=True)
-        t0 = time.monotonic()
-        outcome = step.run(cfg)
-        print(f"[{index}/{len(STEPS)}] done in {time.monotonic() - t0:.1f} s: {outcome}", flush=True)
-    print(f"\ndemo finished in {time.monotonic() - total:.1f} s; stop the stack with `make stack-down`")
-    return 0
-
-
-def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    parser = sub.add_parser("demo", help="run the platform's story end to end (what `make demo` runs)")
-    parser.set_defaults(func=lambda args: run(settings()))
+JOBS = Step("run feedback_join and nightly_drift on the demo's traffic (CTR / CVR, drift)", _nightly_jobs)
