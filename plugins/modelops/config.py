@@ -221,7 +221,7 @@ SETTINGS: tuple[Setting, ...] = (
             "AIRFLOW_URL/modelops-webhooks/mlflow.", example="http://airflow-api-server:8080/modelops-webhooks/mlflow"),
     Setting("release_webhook_secret", "MODELOPS_RELEASE_WEBHOOK_SECRET", rules.text, "",
             "HMAC secret of the MLflow webhook; empty means generate one at first use and keep it in HOME/secrets "
-            "(`modelops release webhook register --rotate` replaces it).", secret=True),
+            "(`modelops webhook register --rotate` replaces it).", secret=True),
     Setting("release_webhook_max_age_s", "MODELOPS_RELEASE_WEBHOOK_MAX_AGE_S", rules.positive_float, "300",
             "A delivery whose X-MLflow-Timestamp is further than this from the receiver's clock is refused (400)."),
 )

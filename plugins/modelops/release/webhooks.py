@@ -30,6 +30,7 @@ TIMESTAMP_HEADER = "X-MLflow-Timestamp"
 DELIVERY_ID_HEADER = "X-MLflow-Delivery-Id"
 SIGNATURE_VERSION = "v1"
 ALIAS_CREATED = ("model_version_alias", "created")
+_EXAMPLE_SIGNATURE = "v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4="
 
 
 class Refused(Exception):
@@ -88,12 +89,12 @@ def check_signature(headers: Mapping[str, str], body: bytes, secrets: Sequence[s
         raise Refused(400, "malformed", f"{TIMESTAMP_HEADER}={raw_ts!r}: must be Unix seconds (example: 1767225600)")
     offered = _header(headers, SIGNATURE_HEADER)
     if not offered:
-        raise Refused(401, "unsigned", f"{SIGNATURE_HEADER}: missing; the MLflow webhook has no secret "
-                                       "(run `modelops webhook register`)")
+        raise Refused(401, "unsigned", f"{SIGNATURE_HEADER}: missing (example: {_EXAMPLE_SIGNATURE}); the MLflow "
+                                       "webhook has no secret (run `modelops webhook register`)")
     candidates = [part for part in offered.split() if part.startswith(f"{SIGNATURE_VERSION},")]
     if not candidates:
         raise Refused(401, "forged", f"{SIGNATURE_HEADER}: must be {SIGNATURE_VERSION},<base64 HMAC-SHA256> "
-                                     "(example: v1,K5oZfzN95Z9UVu1EsfQmfVNQhnkZ2pj9o9NDN/H/pI4=)")
+                                     f"(example: {_EXAMPLE_SIGNATURE})")
     for secret in secrets:
         expected = sign(secret, delivery_id, raw_ts, body)
         if any(hmac.compare_digest(expected.encode(), c.encode()) for c in candidates):
