@@ -27,8 +27,10 @@ authorized like any other trigger.
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -83,6 +85,10 @@ class AirflowReleases:
         return True
 
 
+def _warm_up() -> None:
+    import mlflow.tracking  # noqa: F401  (MlflowClient and its REST stores)
+
+
 def _answer(outcome: str, status: int, detail: str, **extra: Any) -> JSONResponse:
     DELIVERIES.labels(outcome).inc()
     return JSONResponse({"outcome": outcome, "detail": detail, **extra}, status_code=status)
@@ -110,7 +116,16 @@ def create_app(cfg: Settings | None = None, *, registry: Callable[[], Registry] 
         return AirflowReleases(AirflowClient(c.airflow_api_url, c.airflow_user, airflow_password(c)))
 
     guard = ReplayGuard(current().release_webhook_max_age_s)
-    app = FastAPI(title="modelops MLflow webhook receiver", docs_url=None, redoc_url=None, openapi_url=None)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        if current().release_webhooks == "on" and registry is None:
+            # MLflow's client takes seconds to import on a busy machine: not on the first delivery's clock.
+            threading.Thread(target=_warm_up, name="modelops-webhook-warm-up", daemon=True).start()
+        yield
+
+    app = FastAPI(title="modelops MLflow webhook receiver", docs_url=None, redoc_url=None, openapi_url=None,
+                  lifespan=lifespan)
 
     @app.get("/metrics")
     def metrics() -> Response:
