@@ -142,8 +142,9 @@ def main() -> int:
     print(f"  {'trials':34} {len(webhook):8d} {len(poll):8d}")
     print(_row("median, run started", [w for w, _, _ in webhook], [p for p, _, _ in poll]))
     print(_row("median, run created (queued)", [q for _, q, _ in webhook], [q for _, q, _ in poll]))
-    print(f"  {'min / max, run started':34} {min(w for w, _, _ in webhook):5.2f}/{max(w for w, _, _ in webhook):.2f}"
-          f"  {min(p for p, _, _ in poll):5.2f}/{max(p for p, _, _ in poll):.2f}")
+    def spread(values: list[float]) -> str:
+        return f"{min(values):.1f}-{max(values):.1f}".rjust(8)
+    print(f"  {'min-max, run started':34} {spread([w for w, _, _ in webhook])} {spread([p for p, _, _ in poll])}")
     print(f"  {'goal (median)':34} {'<= ' + str(GOAL_WEBHOOK_S):>8} {'<= ' + str(GOAL_POLL_S):>8}")
     median_webhook = statistics.median(w for w, _, _ in webhook)
     median_poll = statistics.median(p for p, _, _ in poll)
