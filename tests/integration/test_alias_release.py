@@ -70,8 +70,9 @@ def _delivery_count(cfg: Settings, outcome: str) -> float:
 
 def test_setting_challenger_starts_exactly_one_release_within_seconds(
         stack_settings: Settings, airflow: AirflowClient, mlflow_uri: str) -> None:
-    from modelops.registry.webhooks import ensure_release_webhook, platform_webhooks
     from mlflow import MlflowClient
+
+    from modelops.registry.webhooks import ensure_release_webhook, platform_webhooks
 
     # Registered by `stack up`; registering again (as `modelops webhook register` does) leaves one webhook.
     assert ensure_release_webhook(stack_settings).action == "updated"
