@@ -1,18 +1,23 @@
-"""release_on_staging: a version moved to Staging in the MLflow UI starts one model_release run.
+"""release_on_staging: a version moved to Staging, or given the alias challenger, starts one model_release run.
 
-Every minute, finds Staging versions that no release has claimed, claims each (an MLflow
-tag with a deterministic claim id), and triggers ``model_release`` once per version.
-Versions whose release was started from the Airflow UI are claimed by that run first and
-are never released twice.
+Every minute, finds Staging versions and ``challenger`` holders that no release has claimed,
+claims each (an MLflow tag with a deterministic claim id), and triggers ``model_release``
+once per version. Setting ``challenger`` usually starts the release within seconds through
+MLflow's webhook (the receiver on the API server, ``/modelops-webhooks/mlflow``); this poll is
+the fallback for a missed delivery or webhooks switched off (``MODELOPS_RELEASE_WEBHOOKS=off``).
+An alias release's run id is its claim id, so the webhook and the poll never start two runs.
+Versions whose release was started from the Airflow UI are claimed by that run first and are
+never released twice.
 """
 
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 import pendulum
 from airflow.providers.standard.operators.trigger_dagrun import TriggerDagRunOperator
-from airflow.sdk import dag, task
+from airflow.sdk import dag, get_current_context, task
 
 
 @dag(
@@ -28,14 +33,15 @@ def release_on_staging() -> None:
     # A short retry delay: the watcher runs every minute from the stack's start, when a loaded
     # machine can lose a task process before it runs; the next try should not wait five minutes.
     @task(retries=2, retry_delay=timedelta(seconds=10))
-    def new_staging_versions() -> list[dict[str, str]]:
-        from modelops.release.steps import staging_versions_to_release
+    def versions_to_release() -> list[dict[str, Any]]:
+        from modelops.release.autostart import RELEASE_DAG, versions_to_release
 
-        return staging_versions_to_release()
+        ti: Any = get_current_context()["ti"]
+        return versions_to_release(lambda run_id: ti.get_dr_count(dag_id=RELEASE_DAG, run_ids=[run_id]) > 0)
 
-    TriggerDagRunOperator.partial(task_id="start_release", trigger_dag_id="model_release").expand(
-        conf=new_staging_versions()
-    )
+    TriggerDagRunOperator.partial(
+        task_id="start_release", trigger_dag_id="model_release", skip_when_already_exists=True
+    ).expand_kwargs(versions_to_release())
 
 
 release_on_staging()

@@ -21,6 +21,7 @@ COMMAND_MODULES: tuple[str, ...] = (
     "modelops.contracts.commands",
     "modelops.serving.commands",
     "modelops.release.commands",
+    "modelops.release.webhook_commands",
     "modelops.gateway.commands",
     "modelops.traffic.commands",
     "modelops.feedback.commands",

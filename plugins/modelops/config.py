@@ -213,6 +213,17 @@ SETTINGS: tuple[Setting, ...] = (
             "newest snapshot is older (two runs of the hourly precompute_predictions DAG)."),
     Setting("precomputed_poll_s", "MODELOPS_PRECOMPUTED_POLL_S", rules.positive_float, "5",
             "Seconds between the gateway's looks for new precomputed snapshots of the routed versions."),
+    Setting("release_webhooks", "MODELOPS_RELEASE_WEBHOOKS", rules.choice("on", "off"), "on",
+            "MLflow's webhook starts a release seconds after the alias challenger is set (on), or only the "
+            "one-minute poll of release_on_staging does (off: registration disables the webhook, deliveries get 404)."),
+    Setting("release_webhook_url", "MODELOPS_RELEASE_WEBHOOK_URL", rules.optional_url, "",
+            "Where MLflow delivers the webhook; empty: the Airflow API server's "
+            "AIRFLOW_URL/modelops-webhooks/mlflow.", example="http://airflow-api-server:8080/modelops-webhooks/mlflow"),
+    Setting("release_webhook_secret", "MODELOPS_RELEASE_WEBHOOK_SECRET", rules.text, "",
+            "HMAC secret of the MLflow webhook; empty means generate one at first use and keep it in HOME/secrets "
+            "(`modelops webhook register --rotate` replaces it).", secret=True),
+    Setting("release_webhook_max_age_s", "MODELOPS_RELEASE_WEBHOOK_MAX_AGE_S", rules.positive_float, "300",
+            "A delivery whose X-MLflow-Timestamp is further than this from the receiver's clock is refused (400)."),
 )
 
 
@@ -290,6 +301,10 @@ class Settings:
     scaling_mode: str
     precomputed_max_age_s: float
     precomputed_poll_s: float
+    release_webhooks: str
+    release_webhook_url: str
+    release_webhook_secret: str
+    release_webhook_max_age_s: float
 
     # Derived values: the embedded defaults unless an explicit URL was configured.
     @property
@@ -326,6 +341,11 @@ class Settings:
     @property
     def airflow_api_url(self) -> str:
         return self.airflow_url or f"http://{self.bind_host}:{self.airflow_port}"
+
+    @property
+    def release_webhook_target(self) -> str:
+        """The URL MLflow posts its webhook deliveries to."""
+        return self.release_webhook_url or f"{self.airflow_api_url}/modelops-webhooks/mlflow"
 
     @property
     def gateway_url(self) -> str:

@@ -21,7 +21,7 @@ EXPECTED = {
         "retire_previous_stable": [],
     },
     "model_release_control": {"request_control": []},
-    "release_on_staging": {"new_staging_versions": ["start_release"], "start_release": []},
+    "release_on_staging": {"versions_to_release": ["start_release"], "start_release": []},
     "feedback_join": {
         "plan_window": ["publish_metrics", "locate_inputs", "wait_for_late_feedback"],
         "wait_for_late_feedback": ["locate_inputs"],

@@ -47,6 +47,7 @@ class VersionInfo:
     source: str
     aliases: tuple[str, ...] = ()
     tags: Mapping[str, str] = field(default_factory=dict)
+    created_ms: int = 0  # MLflow's creation_timestamp: tells a version from one of a re-created model
 
     @property
     def uri(self) -> str:
@@ -304,6 +305,7 @@ def _info(mv: Any) -> VersionInfo:
         name=str(mv.name), version=str(mv.version), stage=str(mv.current_stage or "None"),
         run_id=str(mv.run_id or ""), source=str(mv.source or ""),
         aliases=tuple(getattr(mv, "aliases", None) or ()), tags=dict(mv.tags or {}),
+        created_ms=int(getattr(mv, "creation_timestamp", None) or 0),
     )
 
 

@@ -17,6 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from modelops.errors import GateFailed, RegistryError
+from modelops.release.autostart import release_options, staging_versions_to_release
+
+__all__ = ["Candidate", "contract_gate", "publish", "release_options", "resolve_candidate",
+           "staging_versions_to_release", "verify"]
 
 EVAL_SAMPLE_ARTIFACT = "eval/features.parquet"
 CONTRACT_ARTIFACT_DIR = "contracts"
@@ -165,59 +169,3 @@ def verify(candidate: Mapping[str, str], published: Mapping[str, Any]) -> dict[s
     artifacts, _ = fetch_version(candidate["model"], candidate["version"])
     check = verify_published(str(published["model"]), int(published["triton_version"]), artifacts)
     return asdict(check)
-
-
-def staging_versions_to_release(models: list[str] | None = None) -> list[dict[str, str]]:
-    """Staging versions that no release run has claimed yet, each claimed now for one release.
-
-    The claim id is deterministic per version, so two watcher runs racing on the same version
-    produce the same claim and ``model_release``'s resolve step accepts exactly one run.
-    A version that carries the contract gate's result was staged by the platform itself (the
-    gate runs inside a release, or a script staged it through :class:`MlflowRegistry`), not
-    moved there by a person: it is left alone.
-    """
-    from modelops.registry.lifecycle import TAG
-    from modelops.registry.mlflow_registry import MlflowRegistry
-
-    registry = MlflowRegistry.from_settings()
-    names = models or registry.model_names()
-    confs = []
-    for name in names:
-        unclaimed = [info for info in registry.versions(name, stage="Staging")
-                     if not info.tags.get(TAG["release_run_id"]) and TAG["contract_passed"] not in info.tags]
-        if not unclaimed:
-            continue
-        # Read before claiming: a registry error after a claim would leave the version claimed by a
-        # release that never starts (later watcher runs skip claimed versions).
-        options = release_options(registry.model_tags(name))
-        for info in unclaimed:
-            claim_id = f"staging-watch:{name}:{info.version}"
-            if registry.claim_release(name, info.version, released_by="staging-watcher", release_run_id=claim_id):
-                confs.append({**options, "model": name, "version": info.version,
-                              "started_by": "staging-watcher", "claim_id": claim_id})
-    return confs
-
-
-RELEASE_OPTION_TAG = "modelops.release."
-
-
-def release_options(model_tags: Mapping[str, str]) -> dict[str, Any]:
-    """``model_release`` params a registered model carries as tags, for releases started from Staging.
-
-    A tag ``modelops.release.<param>`` on the registered model (e.g. ``modelops.release.canary_steps``
-    = ``25,50,100``, ``modelops.release.analysis_interval_s`` = ``30``) sizes the canary to that
-    model's traffic; numbers and true/false become JSON numbers and booleans.
-    """
-    options: dict[str, Any] = {}
-    for key, raw in model_tags.items():
-        if not key.startswith(RELEASE_OPTION_TAG) or not key[len(RELEASE_OPTION_TAG):]:
-            continue
-        value: Any = raw
-        if raw.lower() in ("true", "false"):
-            value = raw.lower() == "true"
-        elif re.fullmatch(r"-?[0-9]+", raw):
-            value = int(raw)
-        elif re.fullmatch(r"-?[0-9]*\.[0-9]+", raw):
-            value = float(raw)
-        options[key[len(RELEASE_OPTION_TAG):]] = value
-    return options

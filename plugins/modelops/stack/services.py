@@ -18,7 +18,8 @@ from pathlib import Path
 
 from modelops.config import PROJECT_ROOT, SETTINGS, Settings
 from modelops.credentials import airflow_password, feedback_secret, s3_credentials
-from modelops.errors import StackError
+from modelops.errors import RegistryError, StackError
+from modelops.secretfiles import generated_secret
 from modelops.stack import seaweedfs
 
 VENV_BIN = Path(sys.executable).parent
@@ -164,7 +165,18 @@ def mlflow(cfg: Settings) -> Service:
         "MLFLOW_S3_ENDPOINT_URL": cfg.s3_endpoint,
         "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false",
         "GUNICORN_CMD_ARGS": "--timeout 120",
+        **mlflow_webhook_env(cfg),
     })
+
+    def register_webhook() -> None:
+        from modelops.registry.webhooks import ensure_release_webhook
+
+        try:
+            ensure_release_webhook(cfg)
+        except RegistryError as exc:
+            raise StackError(f"mlflow: registering the release webhook failed: {exc} "
+                             "(MODELOPS_RELEASE_WEBHOOKS=off starts the stack without it)") from exc
+
     return Service(
         name="mlflow",
         argv=(str(VENV_BIN / "mlflow"), "server", "--host", cfg.bind_host, "--port", str(cfg.mlflow_port),
@@ -174,9 +186,26 @@ def mlflow(cfg: Settings) -> Service:
         health_url=f"http://{cfg.bind_host}:{cfg.mlflow_port}/health",
         env=env,
         prepare=lambda: mlflow_dir.mkdir(parents=True, exist_ok=True),
+        after_healthy=register_webhook,
         depends_on=depends,
         url=cfg.mlflow_uri,
     )
+
+
+def mlflow_webhook_env(cfg: Settings) -> dict[str, str]:
+    """What MLflow's server needs to deliver the release webhook to the receiver on loopback.
+
+    A stable key for the webhook secrets it stores (each process draws its own without one, and
+    cannot decrypt what another wrote); http and private addresses allowed (the receiver is the
+    Airflow API server on BIND_HOST); the webhook list cached 5 s instead of 60 s, so a
+    registration, a rotation or switching webhooks off takes effect within seconds.
+    """
+    import base64
+
+    key = generated_secret(cfg.home / "secrets" / "mlflow-webhook-encryption-key",
+                           lambda: base64.urlsafe_b64encode(os.urandom(32)).decode())
+    return {"MLFLOW_WEBHOOK_SECRET_ENCRYPTION_KEY": key, "MLFLOW_WEBHOOK_ALLOWED_SCHEMES": "http,https",
+            "MLFLOW_WEBHOOK_ALLOW_PRIVATE_IPS": "true", "MLFLOW_WEBHOOK_CACHE_TTL": "5"}
 
 
 # ---------------------------------------------------------------- Triton
