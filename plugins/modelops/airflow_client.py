@@ -159,7 +159,18 @@ def _log_line(event: Any) -> str:
     if not isinstance(event, dict):
         return str(event)
     detail = event.get("error_detail")
-    return f"{event.get('event', '')}{f' {detail}' if detail else ''}"
+    if not isinstance(detail, list):
+        return f"{event.get('event', '')}{f' {detail}' if detail else ''}"
+    # Airflow's structured exception: each chained exception's type, message and innermost frame
+    # of the project's own code, not the whole frame list
+    causes = []
+    for exc in detail:
+        if not isinstance(exc, dict):
+            continue
+        own = [f for f in exc.get("frames", []) if "/modelops/" in str(f.get("filename", ""))]
+        where = f" (at {'/'.join(str(own[-1]['filename']).rsplit('/', 2)[-2:])}:{own[-1]['lineno']})" if own else ""
+        causes.append(f"{exc.get('exc_type')}: {str(exc.get('exc_value', ''))[:500]}{where}")
+    return f"{event.get('event', '')} " + " <- ".join(causes)
 
 
 def client_from_settings() -> AirflowClient:

@@ -72,3 +72,18 @@ def test_a_post_is_not_retried_and_a_lasting_database_error_is_reported(airflow:
     with pytest.raises(AirflowError, match="GET /api/v2/dags/d: HTTP 500"):
         airflow.request("GET", "/api/v2/dags/d")
     assert FakeAirflow.calls == ["POST", "GET", "GET", "GET"]  # retries=3 for reads
+
+
+def test_a_failed_tasks_log_line_names_each_exception_and_where_in_the_project_it_was_raised() -> None:
+    from modelops.airflow_client import _log_line
+
+    event = {"event": "Task failed with exception", "error_detail": [
+        {"exc_type": "AirflowFailException", "exc_value": "m/1: no evaluation data", "frames": [
+            {"filename": "/x/airflow/sdk/task_runner.py", "lineno": 10},
+            {"filename": "/x/plugins/modelops/airflow_tasks.py", "lineno": 29}]},
+        {"exc_type": "GateFailed", "exc_value": "m/1: no evaluation data", "frames": [
+            {"filename": "/x/plugins/modelops/release/spec_release.py", "lineno": 63}]}]}
+    assert _log_line(event) == ("Task failed with exception AirflowFailException: m/1: no evaluation data "
+                                "(at modelops/airflow_tasks.py:29) <- GateFailed: m/1: no evaluation data "
+                                "(at release/spec_release.py:63)")
+    assert _log_line({"event": "hello"}) == "hello" and _log_line("plain") == "plain"

@@ -160,12 +160,18 @@ class MlflowRegistry:
     def download_model(self, name: str, version: str | int, dst: Path) -> Path:
         """Download the MLflow model ``models:/<name>/<version>`` (its ``MLmodel`` folder) into ``dst``."""
         import mlflow.artifacts
+        from mlflow.tracking._tracking_service.utils import _use_tracking_uri
 
-        local = self._call(
-            f"download models:/{name}/{version}",
-            lambda: mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}", dst_path=str(dst),
-                                                        tracking_uri=self.tracking_uri),
-        )
+        # MLflow resolves a models:/ URI with a client of the *default* registry, whatever tracking_uri
+        # says (ModelsArtifactRepository._get_model_uri_infos): in an Airflow task, where nothing set
+        # one, that is a new sqlite mlflow.db in the working directory (three releases at once then
+        # raced creating its tables). MLflow's own context manager points the default at this server.
+        with _use_tracking_uri(self.tracking_uri):
+            local = self._call(
+                f"download models:/{name}/{version}",
+                lambda: mlflow.artifacts.download_artifacts(artifact_uri=f"models:/{name}/{version}",
+                                                            dst_path=str(dst), tracking_uri=self.tracking_uri),
+            )
         return Path(local)
 
     def model_names(self) -> list[str]:
