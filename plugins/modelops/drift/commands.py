@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
+from modelops.drift.model_samples import read_text
 from modelops.errors import ContractError, ObjectStoreError
 from modelops.features import DEFAULT_FEATURES_FILE
 
@@ -24,25 +24,13 @@ def _positive(raw: str) -> int:
     return value
 
 
-def _read_text(location: str) -> str:
-    """A local file or an ``s3://bucket/key`` object, as text."""
-    from modelops.spark_store import is_store_uri, split_uri
-
-    if is_store_uri(location):
-        from modelops.objectstore import ObjectStore
-
-        bucket, key = split_uri(location)
-        return ObjectStore.from_settings(bucket=bucket).get_bytes(key).decode()
-    return Path(location).read_text()
-
-
 def _run(args: argparse.Namespace) -> int:
     from modelops.drift.job import run_drift
 
     sections = None
     if args.sections:
         try:
-            sections = json.loads(_read_text(args.sections))
+            sections = json.loads(read_text(args.sections))
         except (OSError, ValueError, ObjectStoreError) as exc:
             raise ContractError(f"--sections {args.sections}: must be a readable JSON object "
                                 f"(example: {{\"Feature contract\": {{\"success\": true}}}}): {exc}") from exc
@@ -75,7 +63,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                              "s3://bucket/prefix (read by the Spark executors)")
     parser.add_argument("--current", required=True, metavar="PATH", help="current scored samples, same forms")
     parser.add_argument("--features", required=True, metavar="FILE",
-                        help=f"feature metadata YAML (the project's: {DEFAULT_FEATURES_FILE})")
+                        help=f"feature metadata YAML (the project's: {DEFAULT_FEATURES_FILE}), or a model spec "
+                             "JSON (a version's model-spec.json: its features); a local file or s3://bucket/key")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (or s3://bucket/prefix)")
     parser.add_argument("--threshold", type=_fraction, default=0.05,
                         help="KS D above which a column drifts, unless its drift_threshold says otherwise")

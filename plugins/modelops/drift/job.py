@@ -27,7 +27,7 @@ import numpy as np
 from modelops.drift import exact, stats
 from modelops.drift.stats import SCORE_COLUMN, ColumnDrift, Curve, DriftComputation, DriftSummary, Moments
 from modelops.errors import ContractError, ModelopsError
-from modelops.features import Feature, load_features
+from modelops.features import Feature
 from modelops.spark import session_conf
 
 if TYPE_CHECKING:
@@ -102,7 +102,6 @@ def _read(spark: SparkSession, path: str, columns: Sequence[str], side: str) -> 
     """
     import pyarrow.parquet as pq
     from pyspark.errors import AnalysisException
-    from pyspark.sql import functions as F
 
     from modelops import spark_store
 
@@ -134,7 +133,14 @@ def _read(spark: SparkSession, path: str, columns: Sequence[str], side: str) -> 
     else:
         source = _local_source(df)
         rows = df.count() if source is None else sum(pq.read_metadata(p).num_rows for p in source.paths)
-    return _Side(df.select(*keys, *(F.col(c).cast("double").alias(c) for c in columns)), rows, source)
+    return _Side(df.select(*keys, *(_col(c).cast("double").alias(c) for c in columns)), rows, source)
+
+
+def _col(name: str) -> Column:
+    """The column ``name`` as it is: a spec model's names may hold dots, spaces or unicode ("mean radius")."""
+    from pyspark.sql import functions as F
+
+    return F.col("`" + name.replace("`", "``") + "`")
 
 
 def _sample_key(df: DataFrame, columns: Sequence[str], seed: int) -> Column:
@@ -146,7 +152,7 @@ def _sample_key(df: DataFrame, columns: Sequence[str], seed: int) -> Column:
     from pyspark.sql import functions as F
 
     keys = list(_KEY_COLUMNS) if all(c in df.columns for c in _KEY_COLUMNS) else list(columns)
-    return F.xxhash64(F.lit(seed), *keys)
+    return F.xxhash64(F.lit(seed), *(_col(k) for k in keys))
 
 
 def _limit_rows(df: DataFrame, max_rows: int, columns: Sequence[str], seed: int) -> tuple[DataFrame, int]:
@@ -174,7 +180,8 @@ def _limit_rows(df: DataFrame, max_rows: int, columns: Sequence[str], seed: int)
 def _union(frames: Sequence[DataFrame], columns: Sequence[str]) -> DataFrame:
     from pyspark.sql import functions as F
 
-    parts = [df.select(F.lit(side).cast("int").alias(_SIDE), *columns) for side, df in enumerate(frames)]
+    parts = [df.select(F.lit(side).cast("int").alias(_SIDE), *(_col(c) for c in columns))
+             for side, df in enumerate(frames)]
     return parts[0].unionAll(parts[1])
 
 
@@ -306,7 +313,8 @@ def run_drift(
     Args:
         baseline: baseline scored samples (local path or ``s3a://`` URI; file or partitioned tree).
         current: current scored samples, same forms.
-        features_file: feature metadata YAML (``expectations/features.yaml``).
+        features_file: feature metadata YAML (``expectations/features.yaml``) or a model spec JSON (a spec
+            model's ``model-spec.json``), local or ``s3://``.
         out_dir: local directory or ``s3a://bucket/prefix`` / ``s3://bucket/prefix`` for the outputs.
         threshold: default KS threshold (a feature's ``drift_threshold`` wins).
         max_rows: per-side row cap; larger sides are sampled (seeded, deterministic).
@@ -317,8 +325,13 @@ def run_drift(
         options: tuning; see :class:`JobOptions`.
     """
     from modelops.drift import report
+    from modelops.drift.model_samples import drift_features, read_text
 
-    features = load_features(features_file)
+    try:
+        text = read_text(features_file)
+    except OSError as exc:
+        raise ContractError(f"cannot read feature metadata {features_file}: {exc}") from exc
+    features = drift_features(text, features_file)
     if spark is None:
         from modelops.spark import spark_session
 

@@ -28,6 +28,7 @@ import numpy.typing as npt
 from modelops.gateway.contract import Check, Violation, compile_schema
 from modelops.gateway.inference import NUMPY_DATATYPES
 from modelops.modelspec.render import edge_contract
+from modelops.modelspec.scores import row_scores
 from modelops.modelspec.spec import ModelSpec, Tensor
 
 Inputs = tuple[tuple[str, npt.NDArray[Any]], ...]
@@ -208,25 +209,6 @@ def predictions(outputs: Mapping[str, npt.NDArray[Any]]) -> Any:
     if len(outputs) == 1:
         return _values(next(iter(outputs.values())))
     return {name: _values(array) for name, array in outputs.items()}
-
-
-def row_scores(output: npt.NDArray[Any]) -> npt.NDArray[np.float64]:
-    """One score per row of a model's first output, as the logs and the canary's collapse gate read it.
-
-    ``[n]`` or ``[n, 1]``: the value itself (a regressor, a score); ``[n, 2]``: the second column (a
-    binary classifier's positive-class probability: a constant answer then has std 0, where the two
-    columns together would show the spread between them); ``[n, k > 2]``: each row's largest value
-    (a multiclass classifier's confidence).
-    """
-    values = np.asarray(output, dtype=np.float64)
-    if values.ndim <= 1:
-        return values.reshape(-1)
-    rows = values.reshape(values.shape[0], -1)
-    if rows.shape[1] == 1:
-        return rows[:, 0]
-    if rows.shape[1] == 2:
-        return rows[:, 1]
-    return np.asarray(rows.max(axis=1), dtype=np.float64)
 
 
 def summary(outputs: Mapping[str, npt.NDArray[Any]]) -> tuple[float, float, float, float, float]:

@@ -7,6 +7,10 @@ For day D and each model version in Production:
   on the MLflow version (``modelops.drift_baseline*`` tags); the day it is captured has no
   drift report. Rows that form the baseline never count as current.
 * current = D's scored samples of that version (``jobs/drift/dt=D/<model>-v<K>/current.parquet``).
+* a model published from its spec: its samples are the gateway's model samples (``logs/model_samples``),
+  widened to one column per feature of its spec and ``score`` on the way to the store, and the job
+  reads its features (names, ``drift_sensitivity``, ``drift_threshold``) from the version's
+  ``model-spec.json``: every model gets its own report.
 
 Spark computes the statistics (``modelops drift`` through spark-submit): its executors read
 the baseline and the current samples from the object store and the job writes the report to
@@ -18,11 +22,13 @@ from __future__ import annotations
 
 import json
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+from modelops.drift.model_samples import features_of
+from modelops.features import DEFAULT_FEATURES_FILE
 from modelops.objectstore import ObjectStore
 from modelops.records import LOG_PREFIXES
 
@@ -38,6 +44,11 @@ BASELINE_UNTIL_TAG = "modelops.drift_baseline_until"
 def samples_prefix(day: str) -> str:
     """D's scored-sample partitions (``dt=D/hour=HH/``) in the platform bucket."""
     return f"{LOG_PREFIXES['scored_samples']}/dt={day}"
+
+
+def model_samples_prefix(day: str) -> str:
+    """D's model-sample partitions (the rows of models published from their spec)."""
+    return f"{LOG_PREFIXES['model_samples']}/dt={day}"
 
 
 def work_prefix(day: str) -> str:
@@ -124,19 +135,22 @@ def first_full_day_after(promoted_at: str) -> date:
     return (when + timedelta(days=1)).date()
 
 
-def _filter_version(samples: str, model: str, triton_version: int, dst: str,
-                    *, after: datetime | None = None) -> tuple[int, datetime | None]:
+def _filter_version(samples: str, model: str, triton_version: int, dst: str, *, after: datetime | None = None,
+                    widen_to: Sequence[str] | None = None) -> tuple[int, datetime | None]:
     """Write the rows of one version (optionally ts > after) under ``samples`` to the object ``dst``.
 
     Both are ``s3://`` locations; record batches are streamed from the store to the store
-    (pyarrow dataset), so memory stays bounded by one batch. Returns (rows, latest ts);
-    nothing is written when no row matches.
+    (pyarrow dataset), so memory stays bounded by one batch. ``widen_to``: the samples are a spec
+    model's (``logs/model_samples``) and are written in the job's wide shape with these feature
+    columns (:func:`modelops.drift.model_samples.widen`). Returns (rows, latest ts); nothing is
+    written when no row matches.
     """
     import pyarrow as pa
     import pyarrow.compute as pc
     import pyarrow.dataset as ds
 
     from modelops import spark_store
+    from modelops.drift.model_samples import widen
 
     objects = spark_store.list_parquet([samples], "scored samples", empty_schema=pa.schema([]))
     if not objects.paths:
@@ -155,7 +169,7 @@ def _filter_version(samples: str, model: str, triton_version: int, dst: str,
             if batch.num_rows:
                 top = pc.max(batch.column("ts")).as_py()
                 latest = top if latest is None or (top is not None and top > latest) else latest
-                yield batch
+                yield batch if widen_to is None else widen(batch, widen_to)
 
     # Whole or not at all: a failed copy must not leave a truncated baseline at its final key.
     rows = spark_store.write_batches(store, f"{bucket}/{key}", matching(), atomic=True)
@@ -169,18 +183,23 @@ def prepare_version(day: str, version: dict[str, Any]) -> dict[str, Any] | None:
     recorded on the MLflow version) and no comparison is made that day.
     """
     from modelops.registry.mlflow_registry import MlflowRegistry
+    from modelops.serving.spec_reconcile import read_spec, spec_key
 
     model, triton_version = str(version["model"]), int(version["triton_version"])
     tags: dict[str, str] = version["tags"]
     store = ObjectStore.from_settings()
-    samples = store.uri(samples_prefix(day))
+    spec = read_spec(store, model, triton_version)
+    samples = store.uri(samples_prefix(day) if spec is None else model_samples_prefix(day))
+    widen_to = None if spec is None else [f.name for f in features_of(spec)]
+    if widen_to is not None and not widen_to:
+        return None  # a model of tensors: no feature columns to compare
     baseline_key = tags.get(BASELINE_TAG)
     if not baseline_key:
         promoted_at = tags.get("modelops.promoted_at")
         if not promoted_at or date.fromisoformat(day) < first_full_day_after(promoted_at):
             return None  # launch day not complete yet
         key = f"{BASELINES_PREFIX}/{model}/v{triton_version}/samples.parquet"
-        rows, until = _filter_version(samples, model, triton_version, store.uri(key))
+        rows, until = _filter_version(samples, model, triton_version, store.uri(key), widen_to=widen_to)
         if rows == 0 or until is None:
             return None
         MlflowRegistry.from_settings().set_tags(model, version["version"], {
@@ -191,21 +210,24 @@ def prepare_version(day: str, version: dict[str, Any]) -> dict[str, Any] | None:
     if tags.get(BASELINE_DAY_TAG) == day and tags.get(BASELINE_UNTIL_TAG):
         after = datetime.fromisoformat(tags[BASELINE_UNTIL_TAG])  # rows of the baseline are not current
     current = store.uri(f"{work_prefix(day)}/{model}-v{triton_version}/current.parquet")
-    rows, _ = _filter_version(samples, model, triton_version, current, after=after)
+    rows, _ = _filter_version(samples, model, triton_version, current, after=after, widen_to=widen_to)
     if rows == 0:
         return None
+    features = str(DEFAULT_FEATURES_FILE) if spec is None else store.uri(spec_key(model, triton_version))
     return {**{k: v for k, v in version.items() if k != "tags"}, "baseline": store.uri(baseline_key),
             "current": current, "out": store.uri(f"{REPORTS_PREFIX}/{model}/v{triton_version}/dt={day}"),
-            "current_rows": rows}
+            "current_rows": rows, "features": features}
 
 
 def submit_args(prepared: dict[str, Any], day: str, master: str) -> list[str]:
-    """The ``modelops drift`` arguments for spark-submit: object-store locations (and the code's feature file)."""
-    from modelops.features import DEFAULT_FEATURES_FILE
+    """The ``modelops drift`` arguments for spark-submit: object-store locations and the features' document.
 
+    The recommender's features are the code's feature file; a spec model's, its version's
+    ``model-spec.json`` in the store.
+    """
     sections = ObjectStore.from_settings().uri(f"{work_prefix(day)}/{SECTIONS_NAME}")
     return ["drift", "--baseline", prepared["baseline"], "--current", prepared["current"],
-            "--features", str(DEFAULT_FEATURES_FILE), "--out", prepared["out"],
+            "--features", str(prepared.get("features") or DEFAULT_FEATURES_FILE), "--out", prepared["out"],
             "--sections", sections, "--master", master]
 
 
