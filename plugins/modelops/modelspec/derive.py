@@ -69,7 +69,8 @@ _NESTED: dict[str, type[msgspec.Struct]] = {
 _NOT_OVERRIDDEN = frozenset({"name", "schema_version"})
 
 
-def derive_spec(model_dir: Path, name: str, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
+def derive_spec(model_dir: Path, name: str, overrides: Mapping[str, Any] | None = None, *,
+                derived: Mapping[str, Any] | None = None) -> ModelSpec:
     """The spec of the MLflow model in ``model_dir``, served as ``name``.
 
     Args:
@@ -77,6 +78,9 @@ def derive_spec(model_dir: Path, name: str, overrides: Mapping[str, Any] | None 
         name: the model name the platform serves it as.
         overrides: fields merged over the derived values and ``modelops.yaml`` (nested, or dotted keys,
             optionally prefixed with ``modelops.spec.``).
+        derived: spec fields the flavor's own files state (a ``triton`` model's ``config.pbtxt``: inputs,
+            outputs, tuning, backend, parameters); they replace the signature's and lie under
+            ``modelops.yaml`` and ``overrides``. With them no signature is needed.
 
     Raises:
         ContractError: a malformed ``MLmodel`` or ``modelops.yaml``, an unsupported flavor, no signature
@@ -90,11 +94,13 @@ def derive_spec(model_dir: Path, name: str, overrides: Mapping[str, Any] | None 
     doc: dict[str, Any] = {"name": name, "flavor": flavor,
                            "source": {"model_uri": model_dir.resolve().as_uri(), "run_id": model.run_id or ""}}
     signature = model.signature
+    declared = set(changes) | set(derived or {})
     if signature is None:
-        if "inputs" not in changes or "outputs" not in changes:
+        if "inputs" not in declared or "outputs" not in declared:
             raise ContractError(f"{model_dir}: the MLmodel has no signature; {_SIGNATURE_HINT}")
     else:
         doc.update(_from_signature(signature, flavor))
+    doc.update(derived or {})
     return ModelSpec.from_dict(_apply(doc, changes))
 
 
