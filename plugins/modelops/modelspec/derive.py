@@ -87,7 +87,7 @@ def derive_spec(model_dir: Path, name: str, overrides: Mapping[str, Any] | None 
             and no declared inputs/outputs, an unknown override key, or a spec that breaks a rule.
     """
     model_dir = Path(model_dir)
-    model = _load_model(model_dir)
+    model = load_mlmodel(model_dir)
     flavor = _flavor(model_dir, model.flavors)
     changes = _merge(_read_spec_file(model_dir), expand_overrides(overrides or {}))
     _check_keys(changes, "")
@@ -106,13 +106,14 @@ def derive_spec(model_dir: Path, name: str, overrides: Mapping[str, Any] | None 
 
 def input_example_path(model_dir: Path) -> Path | None:
     """The model's saved input example (``saved_input_example_info``), None when it has none."""
-    model = _load_model(Path(model_dir))
+    model = load_mlmodel(Path(model_dir))
     info = model.saved_input_example_info or {}
     artifact = info.get("artifact_path")
     return Path(model_dir) / str(artifact) if artifact else None
 
 
-def _load_model(model_dir: Path) -> Any:
+def load_mlmodel(model_dir: Path) -> Any:
+    """The directory's ``MLmodel`` (``mlflow.models.Model``); a missing or malformed one is refused, named."""
     from mlflow.exceptions import MlflowException
     from mlflow.models import Model
 

@@ -33,7 +33,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import msgspec
 import numpy as np
 
 from modelops.errors import ContractError, ServingError
@@ -128,8 +127,7 @@ def prepare_pyfunc(model_dir: Path, spec: ModelSpec, raw: Any, source: str, *, f
     parameters = dict(spec.parameters)
     if predict_fn and predict_fn != "predict":
         parameters[PREDICT_FN] = predict_fn
-    spec = msgspec.structs.replace(spec, flavor="pyfunc", backend=None, parameters=parameters)
-    ModelSpec.from_dict(spec.to_dict())  # re-checked as a pyfunc spec
+    spec = ModelSpec.from_dict({**spec.to_dict(), "flavor": "pyfunc", "backend": None, "parameters": parameters})
     require_environment(model_dir, what, flavors)
     if spec.features:
         sample = column_tensors(spec, feature_frame(spec, raw, source))

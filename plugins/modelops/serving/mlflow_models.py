@@ -56,7 +56,7 @@ from modelops.modelspec.convert_boosters import (
     register_sklearn_converters,
     sklearn_target_opset,
 )
-from modelops.modelspec.derive import derive_spec
+from modelops.modelspec.derive import derive_spec, load_mlmodel
 from modelops.modelspec.spec import ModelSpec
 from modelops.serving.flavor_pyfunc import prepare_pyfunc
 from modelops.serving.flavor_triton import prepare_triton
@@ -168,13 +168,6 @@ def _prepare_onnx(model_dir: Path, spec: ModelSpec, raw: Any, source: str) -> Pr
     return PreparedModel(spec, graph, sample, expected, None, rows, source)
 
 
-def _flavors(model_dir: Path) -> Mapping[str, Any]:
-    from mlflow.models import Model
-
-    flavors: Mapping[str, Any] = Model.load(str(model_dir)).flavors
-    return flavors
-
-
 def _prepare_converted(model_dir: Path, spec: ModelSpec, raw: Any, source: str) -> PreparedModel:
     """Converted to ONNX when its graph reproduces it, else served by pyfunc (see the module docstring)."""
     if not spec.features:
@@ -205,7 +198,7 @@ def prepare_model(model_dir: Path, name: str, *, overrides: Mapping[str, Any] | 
             violates the model's own contract, a conversion that fails its parity check where the pyfunc
             path cannot serve the model either, unmet requirements of a python-backend model.
     """
-    flavors = _flavors_checked(model_dir)
+    flavors = _flavors(model_dir)
     if "triton" in flavors:
         raw, source = evaluation_data(model_dir, name, eval_table)
         return prepare_triton(model_dir, name, flavors, overrides=overrides, raw=raw, source=source)
@@ -225,9 +218,7 @@ def prepare_model(model_dir: Path, name: str, *, overrides: Mapping[str, Any] | 
     return _prepare_onnx(model_dir, spec, raw, source)
 
 
-def _flavors_checked(model_dir: Path) -> Mapping[str, Any]:
+def _flavors(model_dir: Path) -> Mapping[str, Any]:
     """The MLmodel's flavors; a missing or malformed MLmodel is refused as :func:`derive_spec` refuses it."""
-    from modelops.modelspec.derive import _load_model
-
-    flavors = _load_model(Path(model_dir)).flavors
+    flavors = load_mlmodel(Path(model_dir)).flavors
     return flavors if isinstance(flavors, Mapping) else {}
