@@ -97,7 +97,7 @@ def test_the_config_is_read_with_tritons_own_schema_into_spec_fields() -> None:
         "backend": "python", "parameters": {"scale": "2"},
         "inputs": [{"name": "INPUT0", "dtype": "FP32", "shape": [-1, 4]}],
         "outputs": [{"name": "OUTPUT0", "dtype": "FP32", "shape": [-1, 4]}],
-        "tuning": {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_us": 100, "preferred_batch_size": []},
+        "tuning": {"max_batch_size": 8, "dynamic_batching": {"max_queue_delay_us": 100, "preferred_batch_size": [8]},
                    "instance_group": {"kind": "cpu", "count": 1, "gpus": []}},
     }
     unbatched = spec_fields(parse_config('platform: "onnxruntime_onnx"\ninput [{name: "x" data_type: TYPE_INT64 '

@@ -13,7 +13,8 @@ version the platform serves).
 ``google.protobuf.text_format``: a real parser, so any valid config reads and a malformed one is refused
 with protobuf's line and column). :func:`spec_fields` takes the backend (or a ``platform`` with a known
 backend), ``max_batch_size``, inputs and outputs (name, data type, dims; the batch dimension ``-1``
-added in front when ``max_batch_size`` > 0), ``dynamic_batching``, the one ``instance_group`` (none:
+added in front when ``max_batch_size`` > 0), ``dynamic_batching`` (no ``preferred_batch_size``: Triton's
+own ``[max_batch_size]``), the one ``instance_group`` (none:
 ``kind: auto``) and the ``parameters``. A field the spec does not carry (``sequence_batching``,
 ``ensemble_scheduling``, ``reshape``, ``optional``, ``label_filename``, ``model_warmup``, several
 instance groups, ...) is refused naming it: the served config is rendered from the spec, and a field
@@ -123,8 +124,10 @@ def spec_fields(config: Any) -> dict[str, Any]:
                               "instance_group": {"kind": "auto", "count": 1, "gpus": []}}
     if config.HasField("dynamic_batching"):
         b = config.dynamic_batching
+        # none declared: Triton serves (and reports) [max_batch_size]; the spec says what Triton does
+        preferred = [int(s) for s in b.preferred_batch_size] or [int(config.max_batch_size)]
         tuning["dynamic_batching"] = {"max_queue_delay_us": int(b.max_queue_delay_microseconds),
-                                      "preferred_batch_size": [int(s) for s in b.preferred_batch_size]}
+                                      "preferred_batch_size": preferred}
     if config.instance_group:
         from tritonclient.grpc import model_config_pb2
 
