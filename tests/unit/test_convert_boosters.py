@@ -6,6 +6,7 @@ with ``mlflow.lightgbm.save_model`` / ``mlflow.xgboost.save_model`` into a tempo
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -139,16 +140,26 @@ def test_a_ranking_booster_is_refused_naming_its_objective(
         prepare_model(path, "ranker")
 
 
-def test_a_booster_that_misses_the_tolerance_in_both_precisions_is_refused(
+def test_a_booster_that_misses_the_tolerance_in_both_precisions_is_served_by_pyfunc_or_else_refused(
     tmp_path: Path, diabetes: tuple[pd.DataFrame, np.ndarray], monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     x, y = diabetes
     model = _lgbm(False, x, y)
     path = _save("lightgbm", model, tmp_path / "m", x, model.predict(x))
     monkeypatch.setattr(convert, "REGRESSION_TOLERANCE", 1e-15)  # LightGBM's graph answers in float32
-    with pytest.raises(ContractError, match=r"model diabetes \(lightgbm LGBMRegressor, objective regression\): the "
-                                            r"ONNX conversion does not reproduce the model \(FP32: parity FAILED.*"
-                                            r"FP64: parity FAILED.*it is refused rather than served wrong"):
+    prepared = prepare_model(path, "diabetes")
+    assert (prepared.spec.flavor, prepared.served_as, prepared.graph, prepared.spec.parameters) == (
+        "pyfunc", "pyfunc", b"", {})  # a regressor: the runner calls predict
+    assert re.search(r"model diabetes \(lightgbm LGBMRegressor, objective regression\): the ONNX conversion does not "
+                     r"reproduce the model \(FP32: parity FAILED.*FP64: parity FAILED.*served by the python backend "
+                     r"running the MLflow model instead", prepared.notes[0])
+    np.testing.assert_allclose(prepared.expected["prediction"].ravel(), model.predict(x.iloc[:20]), rtol=1e-12)
+    assert "MLmodel" in prepared.files and prepared.sample["input"].shape == (20, 10)
+    # when the pyfunc path cannot serve it either (a requirement the serving environment lacks): refused
+    (path / "requirements.txt").write_text("lightgbm\ndefinitely-not-installed-pkg==1.0\n")
+    with pytest.raises(ContractError, match=r"(?s)FP64: parity FAILED.*and the pyfunc path refuses it too: .*"
+                                            r"definitely-not-installed-pkg==1.0: not installed.*it is refused rather "
+                                            r"than served wrong"):
         prepare_model(path, "diabetes")
 
 

@@ -104,3 +104,44 @@ def test_a_gpu_spec_is_rendered_where_declared_and_refused_on_cpu_only_servers()
         require_placement(gpu, 0)
     with pytest.raises(ContractError, match=r"tuning.instance_group.gpus=\[0, 1\]: the Triton servers have 1 GPU"):
         require_placement(gpu, 1)
+
+
+PYFUNC = ModelSpec.from_dict({**SPEC.to_dict(), "flavor": "pyfunc", "parameters": {"predict_fn": "predict_proba"}})
+TRITON = ModelSpec.from_dict({**SPEC.to_dict(), "flavor": "triton", "backend": "python",
+                              "parameters": {"scale": "2"}})
+
+
+def test_a_pyfunc_version_carries_the_mlflow_model_directory_and_the_pyfunc_runner() -> None:
+    model_dir = {"MLmodel": b"flavors: {}", "code/tempered.py": b"x = 1", "requirements.txt": b"mlflow"}
+    files = spec_release_files(PYFUNC, 2, model_dir, _info(2), server_backend="onnxruntime")
+    assert sorted(files) == ["cancer/2/mlflow_model/MLmodel", "cancer/2/mlflow_model/code/tempered.py",
+                             "cancer/2/mlflow_model/requirements.txt", "cancer/2/model-info.json",
+                             "cancer/2/model-spec.json", "cancer/2/model.py", "cancer/config.pbtxt"]
+    assert b"mlflow.pyfunc.load_model" in files["cancer/2/model.py"]
+    config = files["cancer/config.pbtxt"].decode()
+    assert 'backend: "python"' in config  # on an onnxruntime server too: it is MLflow's model, not a graph
+    assert 'parameters { key: "predict_fn" value: { string_value: "predict_proba" } }' in config
+    assert json.loads(files["cancer/2/model-spec.json"])["parameters"] == {"predict_fn": "predict_proba"}
+    with pytest.raises(ContractError, match="a pyfunc version takes the files of its folder; none given"):
+        spec_release_files(PYFUNC, 2, b"graph", _info(2), server_backend="python")
+
+
+def test_a_triton_version_carries_the_users_folder_as_logged_and_no_runner() -> None:
+    files = spec_release_files(TRITON, 1, {"model.py": b"user", "weights/w.bin": b"\x00"}, _info(1),
+                               server_backend="python")
+    assert sorted(files) == ["cancer/1/model-info.json", "cancer/1/model-spec.json", "cancer/1/model.py",
+                             "cancer/1/weights/w.bin", "cancer/config.pbtxt"]
+    assert files["cancer/1/model.py"] == b"user" and b'string_value: "2"' in files["cancer/config.pbtxt"]
+    with pytest.raises(ContractError, match=r"holds \['model-info.json'\], names the platform writes"):
+        spec_release_files(TRITON, 1, {"model-info.json": b"{}"}, _info(1), server_backend="python")
+
+
+def test_the_identity_covers_every_payload_file_and_empty_parameters_are_not_stored() -> None:
+    one = version_sha256({"model.py": b"a", "w.bin": b"b"}, TRITON)
+    assert one == version_sha256({"w.bin": b"b", "model.py": b"a"}, TRITON)
+    assert one != version_sha256({"model.py": b"a", "w.bin": b"c"}, TRITON)
+    assert one != version_sha256({"model.py": b"a", "w.bin": b"b"}, ModelSpec.from_dict(
+        {**TRITON.to_dict(), "parameters": {"scale": "3"}}))
+    assert b'"parameters"' not in spec_bytes(SPEC) and ModelSpec.from_json(spec_bytes(PYFUNC)) == PYFUNC
+    # an ONNX version's identity is what it was before payloads of several files existed
+    assert version_sha256(b"graph", SPEC) == "7f0ba2dfe91f0c7dd84dbd3fe7bb8e0bcce0e8c3a845174d7d65d8325d7a3730"

@@ -69,7 +69,8 @@ _NESTED: dict[str, type[msgspec.Struct]] = {
 _NOT_OVERRIDDEN = frozenset({"name", "schema_version"})
 
 
-def derive_spec(model_dir: Path, name: str, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
+def derive_spec(model_dir: Path, name: str, overrides: Mapping[str, Any] | None = None, *,
+                derived: Mapping[str, Any] | None = None) -> ModelSpec:
     """The spec of the MLflow model in ``model_dir``, served as ``name``.
 
     Args:
@@ -77,36 +78,42 @@ def derive_spec(model_dir: Path, name: str, overrides: Mapping[str, Any] | None 
         name: the model name the platform serves it as.
         overrides: fields merged over the derived values and ``modelops.yaml`` (nested, or dotted keys,
             optionally prefixed with ``modelops.spec.``).
+        derived: spec fields the flavor's own files state (a ``triton`` model's ``config.pbtxt``: inputs,
+            outputs, tuning, backend, parameters); they replace the signature's and lie under
+            ``modelops.yaml`` and ``overrides``. With them no signature is needed.
 
     Raises:
         ContractError: a malformed ``MLmodel`` or ``modelops.yaml``, an unsupported flavor, no signature
             and no declared inputs/outputs, an unknown override key, or a spec that breaks a rule.
     """
     model_dir = Path(model_dir)
-    model = _load_model(model_dir)
+    model = load_mlmodel(model_dir)
     flavor = _flavor(model_dir, model.flavors)
     changes = _merge(_read_spec_file(model_dir), expand_overrides(overrides or {}))
     _check_keys(changes, "")
     doc: dict[str, Any] = {"name": name, "flavor": flavor,
                            "source": {"model_uri": model_dir.resolve().as_uri(), "run_id": model.run_id or ""}}
     signature = model.signature
+    declared = set(changes) | set(derived or {})
     if signature is None:
-        if "inputs" not in changes or "outputs" not in changes:
+        if "inputs" not in declared or "outputs" not in declared:
             raise ContractError(f"{model_dir}: the MLmodel has no signature; {_SIGNATURE_HINT}")
     else:
         doc.update(_from_signature(signature, flavor))
+    doc.update(derived or {})
     return ModelSpec.from_dict(_apply(doc, changes))
 
 
 def input_example_path(model_dir: Path) -> Path | None:
     """The model's saved input example (``saved_input_example_info``), None when it has none."""
-    model = _load_model(Path(model_dir))
+    model = load_mlmodel(Path(model_dir))
     info = model.saved_input_example_info or {}
     artifact = info.get("artifact_path")
     return Path(model_dir) / str(artifact) if artifact else None
 
 
-def _load_model(model_dir: Path) -> Any:
+def load_mlmodel(model_dir: Path) -> Any:
+    """The directory's ``MLmodel`` (``mlflow.models.Model``); a missing or malformed one is refused, named."""
     from mlflow.exceptions import MlflowException
     from mlflow.models import Model
 

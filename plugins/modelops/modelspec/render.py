@@ -15,7 +15,8 @@
 * :func:`config_pbtxt` / :func:`config_json`: the Triton model configuration as text and as Triton's
   JSON, in the conventions of :mod:`modelops.serving.pbtxt` (same layout, same keys), so
   :func:`modelops.serving.pbtxt.config_mismatches` compares the JSON with what Triton reports.
-  Dims exclude the batch dimension when ``max_batch_size`` > 0.
+  Dims exclude the batch dimension when ``max_batch_size`` > 0; the spec's ``parameters`` become the
+  config's ``parameters`` (string values).
 * :func:`drift_features`: the columns the nightly drift job compares, with their weights.
 * :func:`gate_expectations`: the contract gate's per-column expectations as plain GX configurations
   (``{"type", "kwargs", "meta"}``, the format of ``expectations/suites/features.custom.json``): column
@@ -24,6 +25,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -247,8 +249,15 @@ def config_pbtxt(spec: ModelSpec, *, name: str | None = None, versions: Sequence
     g = t.instance_group
     gpus = f", gpus: [ {', '.join(map(str, g.gpus))} ]" if g.gpus else ""
     lines.append(f"instance_group [ {{ kind: {INSTANCE_KINDS[g.kind]}, count: {g.count}{gpus} }} ]")
+    lines += [f"parameters {{ key: {_quoted(key)} value: {{ string_value: {_quoted(value)} }} }}"
+              for key, value in sorted(spec.parameters.items())]
     lines.append(version_policy(versions))
     return "\n".join(lines) + "\n"
+
+
+def _quoted(text: str) -> str:
+    """A protobuf text-format string literal (JSON's escapes are a subset of text format's)."""
+    return json.dumps(text, ensure_ascii=False)
 
 
 def config_json(spec: ModelSpec, *, name: str | None = None, versions: Sequence[int] = ()) -> dict[str, Any]:
@@ -272,6 +281,8 @@ def config_json(spec: ModelSpec, *, name: str | None = None, versions: Sequence[
     if t.dynamic_batching is not None:
         doc["dynamic_batching"] = {"preferred_batch_size": list(t.dynamic_batching.preferred_batch_size),
                                    "max_queue_delay_microseconds": t.dynamic_batching.max_queue_delay_us}
+    if spec.parameters:
+        doc["parameters"] = {key: {"string_value": value} for key, value in sorted(spec.parameters.items())}
     return doc
 
 

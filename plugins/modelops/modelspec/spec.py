@@ -13,6 +13,10 @@ Fields (JSON keys; defaults in brackets):
   conversion), ``triton`` (a Triton model of its own, ``backend`` required) or ``pyfunc`` (MLflow's
   ``python_function``, served by Triton's ``python`` backend).
 * ``backend`` [null]: the Triton backend; null means the flavor's (:data:`FLAVOR_BACKENDS`).
+* ``parameters`` [{}]: Triton model-config ``parameters`` (name → string value) rendered into the served
+  config: a ``triton``-flavor model keeps those of its own ``config.pbtxt``; a ``pyfunc`` model served
+  in place of a converted one carries ``predict_fn`` (the method the python backend calls, example
+  ``predict_proba``). Left out of the stored ``model-spec.json`` while empty.
 * ``inputs`` / ``outputs``: the model's tensors, each ``{name, dtype, shape}``; ``dtype`` one of
   :data:`DTYPES` (``BYTES`` is a string); ``shape`` includes the batch dimension first, ``-1`` for a
   variable dimension (example: ``[-1, 30]``). Names match ``^[A-Za-z_][A-Za-z0-9_.:-]*$`` (Triton tensor names).
@@ -158,6 +162,7 @@ class ModelSpec(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
     outcomes: Outcomes = msgspec.field(default_factory=Outcomes)
     source: Source = msgspec.field(default_factory=Source)
     backend: str | None = None
+    parameters: dict[str, str] = msgspec.field(default_factory=dict)
     schema_version: int = SPEC_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
@@ -203,7 +208,7 @@ EXAMPLES: dict[str, str] = {
     "routing_key": '"user_id"', "outcomes": '{"actions": ["click"]}', "actions": '["click", "purchase"]',
     "label": '{"kind": "binary", "delay_s": 86400}', "delay_s": "86400", "classes": '["no", "yes"]',
     "source": '{"model_uri": "models:/churn/3"}', "model_uri": '"models:/churn/3"', "run_id": '"4f1c..."',
-    "schema_version": "1",
+    "schema_version": "1", "parameters": '{"predict_fn": "predict_proba"}',
 }
 """An example value per field name (for error messages)."""
 _STRUCT_AT: dict[str, type[msgspec.Struct]] = {
@@ -324,6 +329,9 @@ def spec_problems(spec: ModelSpec) -> list[str]:
     if name_problem:
         problems.append(name_problem)
     problems += _one_of("flavor", spec.flavor, FLAVORS)
+    if any(not key or key != key.strip() for key in spec.parameters):
+        problems.append(f"parameters {sorted(spec.parameters)}: names must be non-empty without leading/trailing "
+                        "spaces (example: parameters: {predict_fn: predict_proba})")
     if spec.flavor == "triton" and not spec.backend:
         problems.append('backend: a triton-flavor model must name its Triton backend (example: "onnxruntime")')
     batched = spec.tuning.max_batch_size > 0

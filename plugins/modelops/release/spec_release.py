@@ -57,7 +57,7 @@ def gate_input(registry: Any, model: str, version: str, run_id: str, into: Path)
 
     from modelops.contracts.suites import spec_suite
     from modelops.modelspec.derive import TAG_PREFIX, derive_spec
-    from modelops.serving.mlflow_models import EVAL_HINT, input_example, read_eval_table
+    from modelops.serving.prepared import evaluation_data
     from modelops.serving.spec_publish import eval_table
 
     model_dir = registry.download_model(model, version, into / "model")
@@ -65,10 +65,7 @@ def gate_input(registry: Any, model: str, version: str, run_id: str, into: Path)
     try:
         spec = derive_spec(model_dir, model, overrides)
         table = eval_table(registry, run_id, into) if run_id else None
-        raw, source = (read_eval_table(table), f"eval/{table.name}") if table is not None \
-            else (input_example(model_dir), "input_example")
-        if raw is None:
-            raise ContractError(f"no evaluation data to check it with; {EVAL_HINT}")
+        raw, source = evaluation_data(model_dir, model, table)
     except ContractError as exc:
         registry.set_tags(model, version, {"modelops.contract_result": f"refused: {exc}"[:250],
                                            "modelops.contract_passed": "false"})

@@ -36,6 +36,7 @@ def _publish_from_spec(args: argparse.Namespace) -> int:
         "model": result.model, "triton_version": result.triton_version, "sha256": result.sha256,
         "uploaded": result.uploaded, "max_abs_diff": result.max_abs_diff, "spec_uri": result.spec_uri,
         "timings_s": {k: round(v, 3) for k, v in result.timings_s.items()}, "routed": routed,
+        "served_as": result.served_as, "verified_by": result.verified_by, "notes": list(result.notes),
     }, indent=2))
     return 0
 
