@@ -3,7 +3,9 @@
 Each model is logged the ordinary MLflow way (``mlflow.sklearn.log_model`` with a signature and an
 input example; ``mlflow.onnx.log_model`` of a graph with two inputs of different dtypes and two
 outputs; ``mlflow.lightgbm.log_model`` of a 30-tree regressor on the diabetes set, converted with
-onnxmltools), registered, and released through the real ``model_release`` DAG — all at the same time,
+onnxmltools; a Triton model directory with a python-backend model, logged with the triton flavor as
+the mlflow-triton-plugin writes it), registered, and released through the real ``model_release`` DAG
+— all at the same time,
 so they show that they do not interfere (routes, index, locks, Triton configs). For each: the run
 succeeds (contract gate with the suite rendered from the model's own spec, publish, verify, first
 release routed 100 % and promoted), Triton's answers on the evaluation sample equal the framework's
@@ -19,6 +21,7 @@ import functools
 import json
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -35,6 +38,7 @@ from modelops.serving.spec_files import SPEC_FILE, served_spec
 from modelops.serving.spec_publish import publish_model
 from modelops.serving.triton import TritonClient
 from tests.support.releases import ended
+from tests.unit.test_flavor_triton import TritonFlavor, affine_sample, write_affine_folder
 from tests.unit.test_mlflow_models import two_input_model
 
 pytestmark = pytest.mark.integration
@@ -108,13 +112,27 @@ def release(airflow: AirflowClient, model: str, version: str, **conf: Any) -> st
                            run_id=f"zoo-{model}-{version}-{uuid.uuid4().hex[:6]}")
 
 
+def _log_triton(folder: Path, sample: Path) -> Any:
+    """A Triton model directory (python backend, ``y = 2x + 1``), triton flavor, its sample under eval/."""
+    import mlflow
+    from mlflow.models import Model
+
+    mlflow.log_artifact(str(sample), "eval")
+    return Model.log(None, name="model", flavor=TritonFlavor, triton_model_path=str(folder))
+
+
 @pytest.fixture(scope="module")
-def zoo(stack_settings: Any, mlflow_uri: str, airflow: AirflowClient) -> Iterator[dict[str, Any]]:
+def zoo(stack_settings: Any, mlflow_uri: str, airflow: AirflowClient,
+        tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
     """The zoo's models registered and released by ``model_release`` at the same time (one run each)."""
     suffix = uuid.uuid4().hex[:6]
     names = {"cancer": f"zoo_cancer_{suffix}", "onnx": f"zoo_two_inputs_{suffix}",
-             "diabetes": f"zoo_diabetes_lgbm_{suffix}"}
-    logs = {"cancer": _log_sklearn, "onnx": _log_onnx, "diabetes": _log_lightgbm}
+             "diabetes": f"zoo_diabetes_lgbm_{suffix}", "affine": f"zoo_affine_{suffix}"}
+    work = tmp_path_factory.mktemp("zoo")
+    folder = write_affine_folder(work / "src")
+    np.savez(work / "sample.npz", **affine_sample(20))
+    logs = {"cancer": _log_sklearn, "onnx": _log_onnx, "diabetes": _log_lightgbm,
+            "affine": lambda: _log_triton(folder, work / "sample.npz")}
     versions = {key: _register(mlflow_uri, names[key], logs[key]) for key in names}
     runs = {key: release(airflow, names[key], versions[key]) for key in names}
     states = {key: ended(airflow, names[key], runs[key], 600) for key in names}
@@ -185,6 +203,15 @@ def test_the_zoo_is_released_at_once_by_model_release_and_answers_as_its_framewo
     np.testing.assert_array_equal(got["shifted"], ids + 1)
     served = _gateway_rows(stack_settings, names["onnx"], {"inputs": {"x": rows.tolist(), "ids": ids.tolist()}})
     np.testing.assert_allclose(np.asarray(served["total"], dtype=np.float64), got["total"], rtol=1e-6)
+    # The triton-flavor directory: published as logged (its model.py, its parameter), verified by the
+    # outputs logged beside it; Triton and the gateway answer 2x + 1.
+    affine = airflow.xcom("model_release", zoo["runs"]["affine"], "publish")
+    assert (affine["served_as"], affine["verified_by"]) == ("triton", "logged_outputs"), affine
+    x4 = np.random.default_rng(1).normal(size=(5, 4)).astype(np.float32)
+    np.testing.assert_allclose(client.infer(names["affine"], 1, {"INPUT0": x4}, ("OUTPUT0",))["OUTPUT0"],
+                               2 * x4 + 1, rtol=1e-6)
+    served = _gateway_rows(stack_settings, names["affine"], {"inputs": {"INPUT0": x4.tolist()}})
+    np.testing.assert_allclose(np.asarray(served, dtype=np.float64), 2 * x4 + 1, rtol=1e-6)
     # Publishing the same MLflow version again gives the same integer and uploads nothing.
     again = publish_model(names["cancer"], versions["cancer"], cfg=stack_settings)
     assert (again.triton_version, again.sha256, again.uploaded) == (1, cancer["sha256"], False)

@@ -93,7 +93,8 @@ def publish(candidate: Mapping[str, str]) -> dict[str, Any]:
     return {"model": result.model, "triton_version": result.triton_version, "sha256": result.sha256,
             "uploaded": result.uploaded, "loaded": True, "repository_uri": store_uri(settings()),
             "mlflow_version": candidate["version"], "kind": SPEC, "spec_uri": result.spec_uri,
-            "max_abs_diff": result.max_abs_diff, "timings_s": dict(result.timings_s)}
+            "max_abs_diff": result.max_abs_diff, "timings_s": dict(result.timings_s),
+            "served_as": result.served_as, "verified_by": result.verified_by, "notes": list(result.notes)}
 
 
 def verify(published: Mapping[str, Any]) -> dict[str, Any]:
