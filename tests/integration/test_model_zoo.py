@@ -202,7 +202,8 @@ def test_the_zoo_is_released_at_once_by_model_release_and_answers_as_its_framewo
     np.testing.assert_allclose(got["total"], rows.sum(axis=1, keepdims=True) * ids, rtol=1e-5)
     np.testing.assert_array_equal(got["shifted"], ids + 1)
     served = _gateway_rows(stack_settings, names["onnx"], {"inputs": {"x": rows.tolist(), "ids": ids.tolist()}})
-    np.testing.assert_allclose(np.asarray(served["total"], dtype=np.float64), got["total"], rtol=1e-6)
+    np.testing.assert_allclose(np.asarray(served["total"], dtype=np.float64).ravel(), got["total"].ravel(),
+                               rtol=1e-6)
     # The triton-flavor directory: published as logged (its model.py, its parameter), verified by the
     # outputs logged beside it; Triton and the gateway answer 2x + 1.
     affine = airflow.xcom("model_release", zoo["runs"]["affine"], "publish")

@@ -56,14 +56,15 @@ def gate_input(registry: Any, model: str, version: str, run_id: str, into: Path)
     import pandas as pd
 
     from modelops.contracts.suites import spec_suite
-    from modelops.modelspec.derive import TAG_PREFIX, derive_spec
+    from modelops.modelspec.derive import TAG_PREFIX
+    from modelops.serving.mlflow_models import model_spec
     from modelops.serving.prepared import evaluation_data
     from modelops.serving.spec_publish import eval_table
 
     model_dir = registry.download_model(model, version, into / "model")
     overrides = {k: v for k, v in registry.model_tags(model).items() if k.startswith(TAG_PREFIX)}
     try:
-        spec = derive_spec(model_dir, model, overrides)
+        spec = model_spec(model_dir, model, overrides=overrides)
         table = eval_table(registry, run_id, into) if run_id else None
         raw, source = evaluation_data(model_dir, model, table)
     except ContractError as exc:
@@ -73,7 +74,11 @@ def gate_input(registry: Any, model: str, version: str, run_id: str, into: Path)
     title = f"Feature contract of its model spec: {model} v{version} ({source})"
     if not spec.features:  # a model of tensors: its shapes and dtypes are checked when Triton answers the sample
         return GateInput(None, None, source, title)
-    frame = raw if isinstance(raw, pd.DataFrame) else pd.DataFrame(raw)
+    try:
+        frame = raw if isinstance(raw, pd.DataFrame) else pd.DataFrame(raw)
+    except ValueError as exc:  # tensors of several dimensions are not a table of the spec's columns
+        raise GateFailed(f"{model}/{version}: the evaluation data ({source}) is not a table of the model's columns "
+                         f"{[f.name for f in spec.features][:5]}: {exc}") from exc
     return GateInput(frame, spec_suite(spec), source, title)
 
 

@@ -41,7 +41,7 @@ from typing import Any
 
 from modelops.errors import ContractError, ServingError
 from modelops.modelspec.derive import derive_spec
-from modelops.modelspec.spec import DTYPES
+from modelops.modelspec.spec import DTYPES, ModelSpec
 from modelops.serving.model_requirements import require_environment
 from modelops.serving.prepared import PreparedModel, input_tensors
 from modelops.serving.spec_files import RESERVED_FILES
@@ -178,12 +178,19 @@ def version_files(version_dir: Path) -> dict[str, bytes]:
     return files
 
 
+def triton_spec(model_dir: Path, name: str, flavors: Mapping[str, Any], *,
+                overrides: Mapping[str, Any] | None) -> ModelSpec:
+    """The spec of the triton-flavor model in ``model_dir``: derived from its ``config.pbtxt``, then the overrides."""
+    folder, _version_dir = triton_folder(model_dir, flavors["triton"])
+    config = parse_config((folder / CONFIG_FILE).read_text(), f"{folder.name}/{CONFIG_FILE}")
+    return derive_spec(model_dir, name, overrides, derived=spec_fields(config))
+
+
 def prepare_triton(model_dir: Path, name: str, flavors: Mapping[str, Any], *, overrides: Mapping[str, Any] | None,
                    raw: Any, source: str) -> PreparedModel:
     """The triton-flavor model in ``model_dir``: spec from its config, payload, sample and logged outputs."""
-    folder, version_dir = triton_folder(model_dir, flavors["triton"])
-    config = parse_config((folder / CONFIG_FILE).read_text(), f"{folder.name}/{CONFIG_FILE}")
-    spec = derive_spec(model_dir, name, overrides, derived=spec_fields(config))
+    spec = triton_spec(model_dir, name, flavors, overrides=overrides)
+    _folder, version_dir = triton_folder(model_dir, flavors["triton"])
     files = version_files(version_dir)
     if spec.triton_backend == "python":
         if "model.py" not in files:

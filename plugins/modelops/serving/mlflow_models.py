@@ -59,7 +59,7 @@ from modelops.modelspec.convert_boosters import (
 from modelops.modelspec.derive import derive_spec, load_mlmodel
 from modelops.modelspec.spec import ModelSpec
 from modelops.serving.flavor_pyfunc import prepare_pyfunc
-from modelops.serving.flavor_triton import prepare_triton
+from modelops.serving.flavor_triton import prepare_triton, triton_spec
 from modelops.serving.prepared import (
     NUMPY,
     ConversionFailed,
@@ -216,6 +216,20 @@ def prepare_model(model_dir: Path, name: str, *, overrides: Mapping[str, Any] | 
     if spec.features and isinstance(raw, pd.DataFrame):
         feature_frame(spec, raw, source)
     return _prepare_onnx(model_dir, spec, raw, source)
+
+
+def model_spec(model_dir: Path, name: str, *, overrides: Mapping[str, Any] | None = None) -> ModelSpec:
+    """The spec :func:`prepare_model` serves the model with, derived without converting or loading anything.
+
+    The contract gate validates the evaluation sample against it before the publish prepares the model.
+
+    Raises:
+        ContractError: as :func:`~modelops.modelspec.derive.derive_spec` (no signature, a malformed override).
+    """
+    flavors = _flavors(model_dir)
+    if "triton" in flavors:
+        return triton_spec(model_dir, name, flavors, overrides=overrides)
+    return derive_spec(model_dir, name, overrides)
 
 
 def _flavors(model_dir: Path) -> Mapping[str, Any]:
