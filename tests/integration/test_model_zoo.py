@@ -267,4 +267,4 @@ def test_models_the_platform_cannot_check_are_refused_at_the_gate_before_triton(
         assert message in info.tags["modelops.contract_result"], info.tags["modelops.contract_result"]
         assert message in airflow.failed_tasks_logs("model_release", runs[name])
         assert TritonClient(triton_url).ready_versions(name) == []
-        assert object_store.list_keys(f"{REPOSITORY_PREFIX}{name}/") == []
+        assert list(object_store.list_keys(f"{REPOSITORY_PREFIX}{name}/")) == []
