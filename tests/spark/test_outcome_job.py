@@ -224,7 +224,10 @@ def documents(out: Path) -> dict[tuple[str, int, str], dict[str, Any]]:
     return found
 
 
-def check(found: dict[tuple[str, int, str], dict[str, Any]], expected: dict[tuple[str, int, str], dict[str, Any]]) -> None:
+Keyed = dict[tuple[str, int, str], dict[str, Any]]
+
+
+def check(found: Keyed, expected: Keyed) -> None:
     assert set(found) == set(expected)
     for key, want in expected.items():
         got = found[key]

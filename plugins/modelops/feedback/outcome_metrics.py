@@ -31,7 +31,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -115,7 +115,7 @@ def delay_percentiles(delays_s: Sequence[float]) -> tuple[float | None, float | 
 
 
 def covered_days(day: str, n_days: int) -> tuple[datetime, datetime]:
-    """``(start, end)`` of the prediction days a run for ``day`` recomputes: ``n_days`` ending with ``day``.
+    """``(start, end)`` (UTC midnights) of the prediction days a run for ``day`` recomputes: ``n_days`` ending with it.
 
     Raises:
         ValueError: ``n_days`` below 1, or ``day`` not ``YYYY-MM-DD``.
@@ -126,7 +126,7 @@ def covered_days(day: str, n_days: int) -> tuple[datetime, datetime]:
         last = date.fromisoformat(day)
     except ValueError:
         raise ValueError(f"day must be YYYY-MM-DD (example: 2026-11-01), got {day!r}") from None
-    end = datetime(last.year, last.month, last.day) + timedelta(days=1)
+    end = datetime(last.year, last.month, last.day, tzinfo=UTC) + timedelta(days=1)
     return end - timedelta(days=n_days), end
 
 
