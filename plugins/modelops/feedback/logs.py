@@ -19,6 +19,7 @@ from modelops.errors import ContractError
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
+    from pyspark.sql.types import StructType
 
 Locations = str | Sequence[str]
 
@@ -51,23 +52,25 @@ def read_log(spark: SparkSession, location: Locations, what: str, required: tupl
         objects = dataclasses.replace(objects, schema=spark_store.spark_compatible(pa.schema(fields)))
         return spark_store.read_frame(spark, objects, columns)
     try:
-        reader = spark.read.option("mergeSchema", "true") if optional else spark.read
-        frame = reader.parquet(*locations)
+        frame = spark.read.parquet(*locations)
+        check_columns(what, shown, required, frame.columns)
+        missing = [c for c in optional if c not in frame.columns]
+        if missing:
+            # Spark took the schema from a file older than these columns: read every file with them
+            # declared (a file without a declared column reads it as nulls). No mergeSchema: that
+            # reads every footer first, an extra job on each run.
+            frame = spark.read.schema(_with_fields(frame.schema, schema, missing)).parquet(*locations)
     except PySparkException as exc:
         raise ContractError(f"{what}: cannot read Parquet at {shown!r}: {exc}") from exc
-    check_columns(what, shown, required, frame.columns)
-    return with_optional(frame, schema, optional)
+    return frame
 
 
-def with_optional(frame: DataFrame, schema: pa.Schema, optional: tuple[str, ...]) -> DataFrame:
-    """``frame`` with each ``optional`` column it lacks added as nulls of its type in ``schema``."""
-    from pyspark.sql import functions as F
+def _with_fields(spark_schema: StructType, schema: pa.Schema, names: list[str]) -> StructType:
     from pyspark.sql.pandas.types import from_arrow_type
+    from pyspark.sql.types import StructField, StructType
 
-    missing = [c for c in optional if c not in frame.columns]
-    if not missing:
-        return frame
-    return frame.withColumns({c: F.lit(None).cast(from_arrow_type(schema.field(c).type)) for c in missing})
+    added = [StructField(c, from_arrow_type(schema.field(c).type), True) for c in names]
+    return StructType([*spark_schema.fields, *added])
 
 
 def check_columns(what: str, shown: object, required: tuple[str, ...], columns: list[str]) -> None:

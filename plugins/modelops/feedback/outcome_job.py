@@ -97,19 +97,23 @@ def run_outcomes(predictions: Locations, events: Locations, start: datetime, end
     plan.matched.persist()
     plan.labels.persist()
     try:
-        acted = {(int(r[CODE]), int(r[DAY])): r.asDict() for r in plan.actions.collect()}
-        labelled = {(int(r[CODE]), int(r[DAY])): r.asDict() for r in plan.label_sums.collect()}
-        auc = {(int(r[CODE]), int(r[DAY])): float(r["auc_sum"] or 0.0) for r in plan.auc.collect()}
-        rejected = {(int(r[CODE]), int(r[DAY])): r.asDict() for r in plan.rejected.collect()}
+        acted, labelled, auc_rows, rejected = (_by_key(f) for f in (plan.actions, plan.label_sums, plan.auc,
+                                                                    plan.rejected))
     finally:
         plan.labels.unpersist()
         plan.matched.unpersist()
+    auc = {key: float(row["auc_sum"] or 0.0) for key, row in auc_rows.items()}
     sums = tuple(_sums(codes, start, m, v, d, n, actions, acted, labelled, auc, rejected)
                  for m, v, d, n in sorted(((m, v, d, n) for (m, v, d), n in impressions.items())))
     documents = _documents(sums, by_version, out, start, end, window_hours)
     for location, document in documents.items():
         put_document(location, (json.dumps(document, indent=2) + "\n").encode())
     return OutcomeResult(sums=sums, documents=documents, out=out)
+
+
+def _by_key(frame: DataFrame) -> dict[tuple[int, int], dict[str, Any]]:
+    """A small result frame's rows by ``(code, day)`` (one collect)."""
+    return {(int(r[CODE]), int(r[DAY])): r.asDict() for r in frame.collect()}
 
 
 def _in_days(preds: DataFrame, start: datetime, end: datetime) -> DataFrame:

@@ -64,21 +64,25 @@ def build_outcome_plan(raw_events: DataFrame, preds: DataFrame, codes: VersionCo
     from pyspark.sql import functions as F
 
     labelled = any(d.kind is not None for d in declared.values())
-    earliest = _earliest(preds, codes, labelled)
+    multiclass = any(d.kind == "multiclass" for d in declared.values())
+    earliest = _earliest(preds, codes, labelled, multiclass)
     token, ts = F.col("feedback_token"), F.col("ts").cast("timestamp")
     received = F.coalesce(F.col("received_at").cast("timestamp"), F.lit(_LAST).cast("timestamp"))
     events = raw_events.where(token.isNotNull() & (token != "") & ts.isNotNull()).select(
         token, F.col("action"), F.col("label"), F.col("value"), ts.alias("ts"), received.alias("received"),
         F.monotonically_increasing_id().alias(_EID))
     p_ts_us = F.lit(codes.start_us) + F.expr(f"{_KEY} div {codes.n}")
-    matched = events.join(earliest.hint("shuffle_hash"), token == F.col(_TOKEN)).select(
+    # A left join filtered afterwards, as in the CTR join: Spark then builds its runtime Bloom filter
+    # from the events' tokens and applies it to the prediction scan (an inner join left it out).
+    joined = events.join(earliest.hint("shuffle_hash"), token == F.col(_TOKEN), "left").where(F.col(_KEY).isNotNull())
+    matched = joined.select(
         token, "action", "label", "value", "ts", "received", _EID,
         (F.col(_KEY) % codes.n).cast("int").alias(CODE),
         F.expr(f"({codes.start_us} + {_KEY} div {codes.n}) div {US_PER_DAY} - {codes.start_us // US_PER_DAY}")
         .cast("int").alias(DAY),
         (F.unix_micros("ts") - p_ts_us).alias(_DELTA),
         F.col(_PRED) if labelled else F.lit(None).cast("double").alias(_PRED),
-        F.col(_PROBS) if labelled else F.lit(None).cast("array<double>").alias(_PROBS),
+        F.col(_PROBS) if multiclass else F.lit(None).cast("array<double>").alias(_PROBS),
     )
     labels, rejected = _labels(matched, declared)
     label_sums, auc = _label_sums(labels)
@@ -86,7 +90,12 @@ def build_outcome_plan(raw_events: DataFrame, preds: DataFrame, codes: VersionCo
                        label_sums=label_sums, auc=auc, rejected=rejected)
 
 
-def _earliest(preds: DataFrame, codes: VersionCodes, labelled: bool) -> DataFrame:
+def _earliest(preds: DataFrame, codes: VersionCodes, labelled: bool, multiclass: bool) -> DataFrame:
+    """One row per token: the key of its earliest prediction and, when labels are declared, its prediction.
+
+    ``min_by`` of a double keeps a hash aggregate; an array value (multiclass probabilities) makes it a
+    sort aggregate, so ``probabilities`` is taken only when a version declares a multiclass label.
+    """
     from pyspark.sql import functions as F
 
     table = preds.sparkSession.createDataFrame(
@@ -94,7 +103,9 @@ def _earliest(preds: DataFrame, codes: VersionCodes, labelled: bool) -> DataFram
         "_c_model string, _c_version long, _c_code long")
     same = preds["model"].eqNullSafe(table["_c_model"]) & preds["model_version"].eqNullSafe(table["_c_version"])
     key = (F.unix_micros(F.col("ts")) - F.lit(codes.start_us)) * F.lit(codes.n) + F.col("_c_code")
-    taken = [F.min_by("prediction", key).alias(_PRED), F.min_by("probabilities", key).alias(_PROBS)] if labelled else []
+    taken = [F.min_by("prediction", key).alias(_PRED)] if labelled else []
+    if multiclass:
+        taken.append(F.min_by("probabilities", key).alias(_PROBS))
     return (preds.where(F.col("feedback_token").isNotNull()).join(F.broadcast(table), same)
             .groupBy(F.col("feedback_token").alias(_TOKEN)).agg(F.min(key).alias(_KEY), *taken))
 
