@@ -13,6 +13,7 @@ from sklearn.metrics import brier_score_loss, log_loss, roc_auc_score
 
 from modelops.feedback.declared import Declaration, declarations, fixed, spec_location
 from modelops.feedback.outcome_metrics import (
+    DELAY_QUANTILES,
     OutcomeSums,
     auc_sum,
     binary_log_loss,
@@ -20,6 +21,7 @@ from modelops.feedback.outcome_metrics import (
     delay_percentiles,
     outcome_document,
     performance,
+    quantile_from_ranks,
     version_entry,
 )
 from modelops.gateway.eventlog import convert_feedback, convert_predictions, feedback_record, to_us
@@ -58,6 +60,16 @@ def test_performance_without_rows_or_one_class_is_none() -> None:
 def test_delay_percentiles_interpolate_linearly() -> None:
     assert delay_percentiles([10.0, 20.0, 30.0, 40.0]) == (25.0, pytest.approx(37.0))
     assert delay_percentiles([]) == (None, None)
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 10, 11, 1000])
+def test_quantiles_from_their_two_ranks_equal_numpy(n: int) -> None:
+    values = np.sort(np.random.default_rng(n).exponential(3600.0, size=n))
+    for q in DELAY_QUANTILES:
+        h = q * (n - 1)
+        ranks = {math.floor(h): float(values[math.floor(h)]), math.ceil(h): float(values[math.ceil(h)])}
+        assert quantile_from_ranks(ranks, n, q) == pytest.approx(float(np.percentile(values, 100 * q)), rel=1e-12)
+    assert quantile_from_ranks({}, 0, 0.5) is None
 
 
 def test_covered_days_end_with_the_day() -> None:

@@ -28,12 +28,19 @@ from modelops.feedback.definitions import (
     hour_floor,
     window_micros,
 )
-from modelops.feedback.job import RUNTIME_BLOOM_FILTER
+from modelops.feedback.job import BYPASS_PARTIAL_AGGREGATION, RUNTIME_BLOOM_FILTER
 from modelops.feedback.logs import Locations, read_log, tune
-from modelops.feedback.outcome_metrics import OutcomeSums, outcome_document, version_entry
+from modelops.feedback.outcome_metrics import (
+    DELAY_QUANTILES,
+    OutcomeSums,
+    outcome_document,
+    quantile_from_ranks,
+    version_entry,
+)
 from modelops.feedback.outcome_plan import CODE, DAY, US_PER_DAY, build_outcome_plan
 from modelops.feedback.versions import VersionCodes
 from modelops.records import FEEDBACK, OPTIONAL_COLUMNS, PREDICTIONS
+from modelops.spark import session_conf
 from modelops.spark_store import is_store_uri, split_uri
 
 if TYPE_CHECKING:
@@ -94,15 +101,19 @@ def run_outcomes(predictions: Locations, events: Locations, start: datetime, end
     raw = read_log(spark, events, "events", _EVENT_COLUMNS, FEEDBACK, project=True,
                    optional=("received_at", "label", "value"))
     plan = build_outcome_plan(raw, preds, codes, declared, actions, window_us)
-    plan.matched.persist()
-    plan.labels.persist()
+    with session_conf(spark, BYPASS_PARTIAL_AGGREGATION):  # one row per token: see the CTR join; persist() plans
+        plan.matched.persist()
+        plan.labels.persist()
     try:
         acted, labelled, auc_rows, rejected = (_by_key(f) for f in (plan.actions, plan.label_sums, plan.auc,
                                                                     plan.rejected))
+        delays = _delays(plan.delays)
     finally:
         plan.labels.unpersist()
         plan.matched.unpersist()
     auc = {key: float(row["auc_sum"] or 0.0) for key, row in auc_rows.items()}
+    for key, quantiles in delays.items():
+        labelled.setdefault(key, {})["delay"] = quantiles
     sums = tuple(_sums(codes, start, m, v, d, n, actions, acted, labelled, auc, rejected)
                  for m, v, d, n in sorted(((m, v, d, n) for (m, v, d), n in impressions.items())))
     documents = _documents(sums, by_version, out, start, end, window_hours)
@@ -114,6 +125,15 @@ def run_outcomes(predictions: Locations, events: Locations, start: datetime, end
 def _by_key(frame: DataFrame) -> dict[tuple[int, int], dict[str, Any]]:
     """A small result frame's rows by ``(code, day)`` (one collect)."""
     return {(int(r[CODE]), int(r[DAY])): r.asDict() for r in frame.collect()}
+
+
+def _delays(frame: DataFrame) -> dict[tuple[int, int], list[float | None]]:
+    """p50 and p90 of the label delays per ``(code, day)``, from the values at their ranks."""
+    ranks: dict[tuple[int, int], tuple[int, dict[int, float]]] = {}
+    for r in frame.collect():
+        _, values = ranks.setdefault((int(r[CODE]), int(r[DAY])), (int(r["n"]), {}))
+        values[int(r["rank"])] = float(r["delay_s"])
+    return {key: [quantile_from_ranks(values, n, q) for q in DELAY_QUANTILES] for key, (n, values) in ranks.items()}
 
 
 def _in_days(preds: DataFrame, start: datetime, end: datetime) -> DataFrame:

@@ -106,6 +106,23 @@ def binary_log_loss(p: npt.NDArray[np.float64], y: npt.NDArray[np.bool_]) -> npt
     return loss
 
 
+DELAY_QUANTILES = (0.5, 0.9)
+"""The label delay quantiles reported (p50, p90)."""
+
+
+def quantile_from_ranks(ranked: Mapping[int, float], n: int, q: float) -> float | None:
+    """The ``q`` quantile of ``n`` sorted values, linearly interpolated, from the values at its two ranks.
+
+    ``ranked`` maps a 0-based rank to the value there; ranks ``floor(q (n-1))`` and ``ceil(q (n-1))``
+    must be present (``numpy.percentile``'s default ``linear`` method). None for ``n == 0``.
+    """
+    if n <= 0:
+        return None
+    h = q * (n - 1)
+    lo, hi = math.floor(h), math.ceil(h)
+    return ranked[lo] + (h - lo) * (ranked[hi] - ranked[lo])
+
+
 def delay_percentiles(delays_s: Sequence[float]) -> tuple[float | None, float | None]:
     """p50 and p90 of the label delays (linear interpolation), None without labels."""
     if not len(delays_s):
