@@ -17,6 +17,7 @@ exactly. Medians are printed, the ratios last.
 
     .venv/bin/python bench/feedback.py                      # full size, 3 rounds
     .venv/bin/python bench/feedback.py --predictions 200000 --events 60000 --rounds 3
+    .venv/bin/python bench/feedback.py --labelled [--predictions 1000000 --events 300000]   # bench/feedback_labels.py
 """
 
 from __future__ import annotations
@@ -113,6 +114,8 @@ def generate(root: Path, n_pred: int, n_events: int, seed: int, malformed: float
             "score_std": pa.array(rng.random(n_pred) / 4),
             "latency_ms": pa.array(rng.gamma(2.0, 3.0, size=n_pred)),
             "delay_origin": pa.array(np.full(n_pred, "none", dtype=object), pa.string()),
+            "prediction": pa.nulls(n_pred, pa.float64()),
+            "probabilities": pa.nulls(n_pred, PREDICTIONS.field("probabilities").type),
         },
         schema=PREDICTIONS,
     )
@@ -172,6 +175,8 @@ def generate(root: Path, n_pred: int, n_events: int, seed: int, malformed: float
             "action": pa.array(all_actions[order], pa.string()),
             "ts": pa.array(all_ts[order], pa.int64(), mask=ts_null[order]).cast(ts_type),
             "received_at": pa.array(received[order], pa.int64()).cast(ts_type),
+            "label": pa.nulls(len(order), pa.string()),
+            "value": pa.nulls(len(order), pa.float64()),
         },
         schema=FEEDBACK,
     )
@@ -305,9 +310,17 @@ def main() -> int:
     parser.add_argument("--no-warmup", dest="warmup_runs", action="store_const", const=0,
                         help="no warm-up run (quicker; the first rounds then pay JIT warm-up)")
     parser.add_argument("--cache", default=str(Path(tempfile.gettempdir()) / "modelops-bench-feedback"))
+    parser.add_argument("--labelled", action="store_true",
+                        help="the outcome job's realized performance (AUC, log loss, RMSE ...) on predictions of a "
+                             "labelled classifier and regressor and EVENTS label events, vs DuckDB "
+                             "(bench/feedback_labels.py)")
     args = parser.parse_args()
     if args.rounds < 3:
         parser.error(f"--rounds: at least 3 (medians), got {args.rounds}")
+    if args.labelled:
+        from feedback_labels import main as labelled_main
+
+        return labelled_main(args)
     print("load average at start (1/5/15 min): {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()), flush=True)
 
     data = Path(args.cache) / f"p{args.predictions}-e{args.events}-m{args.malformed}-s{args.seed}"

@@ -33,9 +33,20 @@ PREDICTIONS = pa.schema(
         ("score_std", pa.float64()),
         ("latency_ms", pa.float64()),
         ("delay_origin", pa.string()),
+        ("prediction", pa.float64()),
+        ("probabilities", pa.list_(pa.float64())),
     ]
 )
-"""One row per served request."""
+"""One row per served request.
+
+``prediction`` and ``probabilities`` (added with delayed labels; null in files written before, and
+for models that declare no label) are what a label is judged against: for a model served from its
+spec whose outcomes declare a ``binary`` label, the first output's probability of the positive class
+(column 1 of a ``[n, 2]`` output, the value of a ``[n, 1]`` one); ``numeric``: the first output's
+value; ``multiclass``: the first output's row in ``probabilities`` (its classes in the order of the
+label's ``classes``; ``prediction`` stays null). One token covers
+one request, so these are logged for one-row requests only (null for a request of several rows).
+"""
 
 FEEDBACK = pa.schema(
     [
@@ -43,9 +54,24 @@ FEEDBACK = pa.schema(
         ("action", pa.string()),
         ("ts", TS),
         ("received_at", TS),
+        ("label", pa.string()),
+        ("value", pa.float64()),
     ]
 )
-"""One row per feedback event; ``ts`` is when the user acted, ``received_at`` when the gateway got it."""
+"""One row per feedback event; ``ts`` is when the user acted (or the ground truth was observed),
+``received_at`` when the gateway got it.
+
+An event holds exactly one of: ``action`` (a user action), ``label`` (the ground truth of a
+``binary`` label as ``"0"``/``"1"``, of a ``multiclass`` one as its class name) or ``value`` (a
+``numeric`` label). ``label`` and ``value`` were added with delayed labels: files written before
+lack them and read as null (:data:`OPTIONAL_COLUMNS`).
+"""
+
+OPTIONAL_COLUMNS: dict[str, frozenset[str]] = {
+    "predictions": frozenset({"prediction", "probabilities"}),
+    "feedback": frozenset({"label", "value"}),
+}
+"""Columns added after the first version of a log: readers fill them with nulls for older files."""
 
 SCORED_SAMPLE_BASE = pa.schema(
     [

@@ -23,11 +23,15 @@ EXPECTED = {
     "model_release_control": {"request_control": []},
     "release_on_staging": {"versions_to_release": ["start_release"], "start_release": []},
     "feedback_join": {
-        "plan_window": ["publish_metrics", "locate_inputs", "wait_for_late_feedback"],
+        "plan_window": ["locate_outcomes", "publish_metrics", "publish_outcomes", "locate_inputs",
+                        "wait_for_late_feedback"],
         "wait_for_late_feedback": ["locate_inputs"],
         "locate_inputs": ["spark_join"],
-        "spark_join": ["publish_metrics"],
+        "spark_join": ["locate_outcomes", "publish_metrics"],
         "publish_metrics": [],
+        "locate_outcomes": ["spark_outcomes"],
+        "spark_outcomes": ["publish_outcomes"],
+        "publish_outcomes": [],
     },
     "nightly_drift": {
         "locate_samples": ["prepare_versions", "prune_old_work", "publish_reports", "spark_arguments",

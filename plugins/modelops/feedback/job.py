@@ -32,15 +32,12 @@ from __future__ import annotations
 
 import io
 import json
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 
-from modelops import spark_store
-from modelops.errors import ContractError
 from modelops.feedback.definitions import (
     DEFAULT_WINDOW_HOURS,
     PARTITION_SLACK,
@@ -53,10 +50,11 @@ from modelops.feedback.definitions import (
     version_sort_key,
     window_micros,
 )
+from modelops.feedback.logs import Locations, read_log, tune
 from modelops.feedback.outputs import JSON_NAME, PARQUET_NAME, QUARANTINE_NAME, output_for
 from modelops.feedback.plan import CODE, KEPT_COLUMNS, REASON, build_plan
 from modelops.feedback.versions import Version, VersionCodes
-from modelops.records import FEEDBACK, PREDICTIONS
+from modelops.records import FEEDBACK, OPTIONAL_COLUMNS, PREDICTIONS
 from modelops.spark import session_conf
 
 if TYPE_CHECKING:
@@ -102,8 +100,6 @@ class FeedbackResult:
     quarantine_path: str
 
 
-Locations = str | Sequence[str]
-
 
 def run_feedback_join(
     predictions: Locations,
@@ -142,14 +138,15 @@ def run_feedback_join(
         from modelops.spark import spark_session
 
         spark = spark_session(APP_NAME, master)
-    _tune(spark)
+    tune(spark, RUNTIME_BLOOM_FILTER)
 
-    preds = _read(spark, predictions, "predictions", ("feedback_token", "ts", "model", "model_version"),
-                  PREDICTIONS, project=True)
+    preds = read_log(spark, predictions, "predictions", ("feedback_token", "ts", "model", "model_version"),
+                     PREDICTIONS, project=True)
     preds = _in_run(preds, start, end)
     impressions = _impressions(preds)
     codes = VersionCodes.of(impressions, start, end)
-    raw_events = _read(spark, events, "events", ("feedback_token", "action", "ts"), FEEDBACK, project=False)
+    raw_events = _actions_only(read_log(spark, events, "events", ("feedback_token", "action", "ts"), FEEDBACK,
+                                        project=False, optional=tuple(sorted(OPTIONAL_COLUMNS["feedback"]))))
     plan = build_plan(raw_events, preds, codes, window_us)
     try:
         with output.writing() as writer:
@@ -175,54 +172,16 @@ def run_feedback_join(
     )
 
 
-def _tune(spark: SparkSession) -> None:
-    # A shuffled hash join skips sorting either side; the one window function sorts only
-    # the events of repeated (token, action) pairs.
-    spark.conf.set("spark.sql.join.preferSortMergeJoin", "false")
-    # Joins on (token, action) may reuse the partitioning by token instead of a new shuffle.
-    spark.conf.set("spark.sql.requireAllClusterKeysForCoPartition", "false")
-    for key, value in RUNTIME_BLOOM_FILTER.items():
-        spark.conf.set(key, value)
-    # The cached ``matched`` frame is mostly random tokens: compressing it saved 18% of its
-    # memory (201 vs 245 MB for 3M events) and cost 3-4 s of a 18 s run (bench/feedback.py).
-    spark.conf.set("spark.sql.inMemoryColumnarStorage.compressed", "false")
-    spark.conf.set("spark.sql.shuffle.partitions", str(max(2, spark.sparkContext.defaultParallelism)))
+def _actions_only(raw_events: DataFrame) -> DataFrame:
+    """The user actions of the feedback log: a delayed label (``label`` / ``value``) is no action of this join.
 
-
-
-def _read(spark: SparkSession, location: Locations, what: str, required: tuple[str, ...], schema: pa.Schema,
-          *, project: bool) -> DataFrame:
-    """A log as a frame; from the object store only ``required`` columns when ``project``.
-
-    An object-store location without objects reads as an empty log of ``schema``.
+    Labels are the outcome job's (:mod:`modelops.feedback.outcome_job`); counted here they would be
+    rejected as malformed. Logs written before labels existed read those columns as nulls: every
+    event stays.
     """
-    from pyspark.errors import PySparkException
+    from pyspark.sql import functions as F
 
-    locations = [location] if isinstance(location, str) else list(location)
-    in_store = [spark_store.is_store_uri(loc) for loc in locations]
-    if not locations or (any(in_store) and not all(in_store)):
-        raise ContractError(f"{what}: give one or more local paths or one or more s3:// locations, not "
-                            f"a mix (example: s3://modelops/logs/feedback/dt=2026-11-01/), got {locations}")
-    shown = locations[0] if len(locations) == 1 else locations
-    if all(in_store):
-        objects = spark_store.list_parquet(locations, what, empty_schema=schema)
-        _check_columns(what, shown, required, objects.columns)
-        return spark_store.read_frame(spark, objects, list(required) if project else None)
-    try:
-        frame = spark.read.parquet(*locations)
-    except PySparkException as exc:
-        raise ContractError(f"{what}: cannot read Parquet at {shown!r}: {exc}") from exc
-    _check_columns(what, shown, required, frame.columns)
-    return frame
-
-
-def _check_columns(what: str, shown: object, required: tuple[str, ...], columns: list[str]) -> None:
-    missing = [c for c in required if c not in columns]
-    if missing:
-        raise ContractError(
-            f"{what} at {shown!r} lack column(s) {missing}; found {columns} "
-            f"(see modelops.records for the schema)"
-        )
+    return raw_events.where(F.col("label").isNull() & F.col("value").isNull())
 
 
 def _in_run(preds: DataFrame, start: datetime, end: datetime) -> DataFrame:

@@ -37,18 +37,18 @@ from modelops.documents.routes import (
 )
 from modelops.features import feature_names, load_features
 from modelops.gateway.accesslog import BufferedLineHandler, direct_sink
-from modelops.gateway.contract import RequestContract, Violation, compile_schema, load_contract
+from modelops.gateway.contract import RequestContract, load_contract
 from modelops.gateway.delay import LoopLag, RequestTiming, TritonDelays, origin
 from modelops.gateway.edge import EdgeServing
 from modelops.gateway.eventlog import (
     EventLogs,
     SpoolConfig,
     explanation_record,
-    feedback_record,
     prediction_record,
     scored_record,
 )
 from modelops.gateway.explaining import ExplainPlan, explain_items
+from modelops.gateway.feedback import FeedbackServing
 from modelops.gateway.http import (
     HTTPError,
     Receive,
@@ -64,14 +64,14 @@ from modelops.gateway.http import (
 from modelops.gateway.inference import TritonFailed, TritonUnavailable
 from modelops.gateway.metrics import CollapseWatch, Labels, ScoreWindow
 from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
-from modelops.gateway.openapi import FEEDBACK_SCHEMA, add_model_paths, build_openapi
+from modelops.gateway.openapi import add_model_paths, build_openapi
 from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pollers import GatewayPollers
 from modelops.gateway.pool import TritonPool
 from modelops.gateway.precomputed import SOURCE_HEADER, PrecomputedScores
 from modelops.gateway.sampling import ScoredSampling
 from modelops.gateway.spool import SpoolFull
-from modelops.gateway.tokens import TokenClaims, TokenExpired, TokenInvalid, issue_token, resolve_secret, verify_token
+from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -84,14 +84,13 @@ _JSON_ENCODE = msgspec.json.Encoder().encode
 _JSON_DECODE = msgspec.json.Decoder().decode
 
 
-class Gateway(GatewayPollers, EdgeServing):
+class Gateway(GatewayPollers, EdgeServing, FeedbackServing):
     """The ASGI application. Build with :func:`create_app`."""
 
     def __init__(self, cfg: Settings, options: GatewayOptions) -> None:
         self.cfg = cfg
         self.options = options
         self.contract: RequestContract = load_contract()
-        self.feedback_check = compile_schema(FEEDBACK_SCHEMA)
         self.names = feature_names(load_features())
         self.secret = resolve_secret(cfg.feedback_secret, cfg.home)
         self.store = ObjectStore.from_settings(cfg)
@@ -118,6 +117,7 @@ class Gateway(GatewayPollers, EdgeServing):
         self.watch = CollapseWatch(options.collapse_threshold, options.collapse_hold_s, options.collapse_min_scores)
         self._tasks: list[asyncio.Task[None]] = []
         self._init_edge()
+        self._init_feedback()
         self._init_metrics()
         self.precomputed.register(self.registry)
 
@@ -467,41 +467,6 @@ class Gateway(GatewayPollers, EdgeServing):
                                    item_ids, features, scores, top_k, request_id,
                                    n_permutations=self.options.explain_permutations,
                                    concurrency=self.options.explain_concurrency)
-
-    async def _feedback(self, headers: dict[str, str], request_id: str, receive: Receive, send: Send) -> None:
-        try:
-            document, _size = await self._read_json(headers, receive)
-        except HTTPError as exc:
-            self.m_feedback_rejected.inc((("reason", "malformed"),))
-            raise exc
-        violation: Violation | None = self.feedback_check(document, "$")
-        if violation is not None:
-            self.m_feedback_rejected.inc((("reason", "malformed"),))
-            raise HTTPError(400, violation.to_body())
-        received_at = time.time()
-        try:
-            claims = verify_token(self.secret, document["feedback_token"], now=received_at)
-        except TokenExpired as exc:
-            self.m_feedback_rejected.inc((("reason", "expired"),))
-            raise error(410, "token_expired", str(exc)) from exc
-        except TokenInvalid as exc:
-            self.m_feedback_rejected.inc((("reason", "bad_signature"),))
-            raise error(401, "token_invalid", str(exc)) from exc
-        committer = self.logs.committers["feedback"]
-        try:
-            committer.check_budget()
-            await committer.append(feedback_record(feedback_token=document["feedback_token"],
-                                                   action=document["action"], ts=float(document["timestamp"]),
-                                                   received_at=received_at))
-        except SpoolFull as exc:
-            self.m_feedback_rejected.inc((("reason", "spool_full"),))
-            raise self._unavailable("spool_full", str(exc)) from exc
-        self.m_feedback.inc((("model", claims.model), ("version", str(claims.model_version)),
-                             ("action", document["action"])))
-        await respond_json(send, 202, {"status": "accepted", "request_id": claims.request_id}, request_id)
-        self._access(request_id, "POST", "/v1/feedback", 202, model=claims.model, version=claims.model_version,
-                     action=document["action"], prediction_request_id=claims.request_id,
-                     latency_ms=round((time.time() - received_at) * 1000, 3))
 
 
 def create_app(cfg: Settings | None = None, options: GatewayOptions | None = None) -> Gateway:

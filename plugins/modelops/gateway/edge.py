@@ -45,6 +45,7 @@ from modelops.gateway.http import HTTPError, Send, error, respond, respond_json
 from modelops.gateway.inference import TritonFailed, TritonUnavailable
 from modelops.gateway.metrics import ScoreWindow
 from modelops.gateway.oip import infer_answer, model_metadata, parse_infer
+from modelops.gateway.outcomes import prediction_columns
 from modelops.gateway.spool import SpoolFull
 from modelops.gateway.tokens import TokenClaims, issue_token
 from modelops.modelspec.recommender import recommender_spec
@@ -317,12 +318,14 @@ class EdgeServing:
         variant = "canary" if routes.canary is not None and version == routes.canary else "stable"
         n, total, squares, peak, std = summary(outputs)
         logged = timing.parts()
+        prediction, probabilities = prediction_columns(self._edge_of(model, version).spec, outputs, rows)
         try:
             await self.logs.committers["predictions"].append(prediction_record(
                 request_id=request_id, feedback_token=token, ts=now, model=model, model_version=version.version,
                 model_sha256=version.sha256, user_hash=user_hash(key_value) if key_value is not None else "",
                 n_items=rows, score_mean=total / n if n else 0.0, score_max=peak, score_std=std,
-                latency_ms=sum(logged.values()) * 1000.0, delay_origin=origin(logged)))
+                latency_ms=sum(logged.values()) * 1000.0, delay_origin=origin(logged), prediction=prediction,
+                probabilities=probabilities))
         except SpoolFull as exc:
             self.m_errors.inc((*labels, ("class", "unavailable")))
             raise self._unavailable("spool_full", str(exc)) from exc

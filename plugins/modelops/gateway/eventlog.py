@@ -55,15 +55,20 @@ def to_us(epoch_s: float) -> int:
 
 def prediction_record(*, request_id: str, feedback_token: str, ts: float, model: str, model_version: int,
                       model_sha256: str, user_hash: str, n_items: int, score_mean: float, score_max: float,
-                      score_std: float, latency_ms: float, delay_origin: str) -> list[Any]:
-    """A prediction-log record in :data:`PREDICTIONS` column order (``ts`` in epoch seconds)."""
+                      score_std: float, latency_ms: float, delay_origin: str, prediction: float | None = None,
+                      probabilities: list[float] | None = None) -> list[Any]:
+    """A prediction-log record in :data:`PREDICTIONS` column order (``ts`` in epoch seconds).
+
+    ``prediction`` / ``probabilities``: what a delayed label is judged against (labelled models only).
+    """
     return [request_id, feedback_token, to_us(ts), model, model_version, model_sha256, user_hash, n_items,
-            score_mean, score_max, score_std, latency_ms, delay_origin]
+            score_mean, score_max, score_std, latency_ms, delay_origin, prediction, probabilities]
 
 
-def feedback_record(*, feedback_token: str, action: str, ts: float, received_at: float) -> list[Any]:
-    """A feedback-log record in :data:`FEEDBACK` column order."""
-    return [feedback_token, action, to_us(ts), to_us(received_at)]
+def feedback_record(*, feedback_token: str, action: str | None, ts: float, received_at: float,
+                    label: str | None = None, value: float | None = None) -> list[Any]:
+    """A feedback-log record in :data:`FEEDBACK` column order (one of ``action``, ``label``, ``value`` set)."""
+    return [feedback_token, action, to_us(ts), to_us(received_at), label, value]
 
 
 def scored_record(*, request_id: str, ts: float, model: str, model_version: int, scores: npt.NDArray[Any],
@@ -110,8 +115,13 @@ def _parquet(table: pa.Table, split: Sequence[str] = ()) -> bytes:
 
 
 def _rows_converter(schema: pa.Schema, partition_column: int) -> SegmentConverter:
+    width = len(schema)
+
     def convert(records: list[list[Any]]) -> dict[datetime, bytes]:
         out: dict[datetime, bytes] = {}
+        # A segment spooled before a log gained columns (the labels' own) holds shorter records:
+        # the missing trailing columns are nulls.
+        records = [r if len(r) >= width else [*r, *([None] * (width - len(r)))] for r in records]
         for hour, indexes in iter_hours([r[partition_column] for r in records]):
             columns = [pa.array([records[i][c] for i in indexes], type=f.type) for c, f in enumerate(schema)]
             out[hour] = _parquet(pa.Table.from_arrays(columns, schema=schema))

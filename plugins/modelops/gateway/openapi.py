@@ -7,19 +7,41 @@ from typing import Any
 
 from modelops.records import ACTIONS
 
-FEEDBACK_SCHEMA: dict[str, Any] = {
+_TOKEN = {"type": "string", "minLength": 1, "maxLength": 2048,
+          "description": "The feedback_token of the prediction answer."}
+_TIMESTAMP = {"type": "number", "minimum": 1609459200, "maximum": 2524608000,
+              "description": "When the user acted, epoch seconds.", "examples": [1764460800]}
+ACTION_FEEDBACK_SCHEMA: dict[str, Any] = {
     "type": "object",
     "additionalProperties": False,
     "required": ["feedback_token", "action", "timestamp"],
     "properties": {
-        "feedback_token": {"type": "string", "minLength": 1, "maxLength": 2048,
-                           "description": "The feedback_token of the prediction answer."},
+        "feedback_token": _TOKEN,
         "action": {"enum": list(ACTIONS), "examples": ["click"]},
-        "timestamp": {"type": "number", "minimum": 1609459200, "maximum": 2524608000,
-                      "description": "When the user acted, epoch seconds.", "examples": [1764460800]},
+        "timestamp": _TIMESTAMP,
     },
 }
-"""Body of ``POST /v1/feedback`` (compiled by the same compiler as the request contract)."""
+"""The action form as the reference recommender has always been checked (its 400 answers stay the same)."""
+FEEDBACK_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["feedback_token", "timestamp"],
+    "properties": {
+        "feedback_token": _TOKEN,
+        # No type here: the model's declaration judges the action (for the recommender exactly as before).
+        "action": {"examples": ["click"],
+                   "description": "A user action the model declares (the recommender: click, purchase, skip)."},
+        "label": {"type": ["string", "integer", "boolean"], "examples": [1],
+                  "description": "The ground truth of a binary (0/1, true/false, or one of its 2 classes) or "
+                                 "multiclass (one of its classes) label."},
+        "value": {"type": "number", "examples": [12.5],
+                  "description": "The ground truth of a numeric label, a finite number."},
+        "timestamp": {**_TIMESTAMP, "description": "When the user acted or the ground truth was observed, "
+                                                   "epoch seconds."},
+    },
+}
+"""Body of ``POST /v1/feedback``: exactly one of action, label, value, checked against the token's model
+(:mod:`modelops.gateway.outcomes`; compiled by the same compiler as the request contract)."""
 
 _ERROR = {
     "type": "object",

@@ -3,7 +3,12 @@
 Format: ``<base64url(claims JSON)>.<base64url(HMAC-SHA256(secret, first part))>``. The
 claims carry the request id, the model, its Triton version and sha256 prefix, and the
 issue time (epoch seconds), so a feedback event is attributed to a version without a
-lookup. A token is valid for :data:`TOKEN_TTL_S` (24 h) after issue.
+lookup. A token is valid for :data:`TOKEN_TTL_S` (24 h) after issue unless its model says
+otherwise: the validity is decided from the issue time in the claims, so the gateway first
+checks the signature (:func:`verify_token` with ``ttl_s=None``), looks up the version's spec
+(``outcomes.token_ttl_s``, :meth:`modelops.modelspec.spec.Outcomes.validity_s`) and then
+checks the age (:func:`check_age`). Tokens issued before a model changed its validity need
+no re-issue: nothing about the validity is signed into them.
 """
 
 from __future__ import annotations
@@ -69,11 +74,19 @@ def issue_token(secret: bytes, claims: TokenClaims) -> str:
     return f"{body}.{_b64(signature)}"
 
 
-def verify_token(secret: bytes, token: str, *, now: float, ttl_s: float = TOKEN_TTL_S) -> TokenClaims:
+def verify_token(secret: bytes, token: str, *, now: float, ttl_s: float | None = TOKEN_TTL_S) -> TokenClaims:
     """Check a token's signature and age and return its claims.
 
+    Args:
+        secret: the feedback secret.
+        token: the token as the client sent it.
+        now: the current time, epoch seconds.
+        ttl_s: the validity; None checks the signature only (the caller decides the validity per
+            model afterwards with :func:`check_age`).
+
     Raises:
-        TokenInvalid: malformed, or the signature does not match (tampered or another secret).
+        TokenInvalid: malformed, the signature does not match (tampered or another secret), or
+            issued in the future (beyond the clock skew).
         TokenExpired: correctly signed but issued more than ``ttl_s`` seconds before ``now``.
     """
     body, dot, signature = token.partition(".")
@@ -91,11 +104,21 @@ def verify_token(secret: bytes, token: str, *, now: float, ttl_s: float = TOKEN_
         claims = TokenClaims(str(raw["r"]), str(raw["m"]), int(raw["v"]), str(raw["s"]), float(raw["t"]))
     except (ValueError, KeyError, TypeError, binascii.Error) as exc:
         raise TokenInvalid("feedback_token: claims are unreadable") from exc
-    if now - claims.issued_at > ttl_s:
-        raise TokenExpired(f"feedback_token: expired (issued {now - claims.issued_at:.0f} s ago, valid {ttl_s:.0f} s)")
     if claims.issued_at - now > _CLOCK_SKEW_S:
         raise TokenInvalid("feedback_token: issued in the future")
+    if ttl_s is not None:
+        check_age(claims, now=now, ttl_s=ttl_s)
     return claims
+
+
+def check_age(claims: TokenClaims, *, now: float, ttl_s: float) -> None:
+    """Refuse a token issued more than ``ttl_s`` seconds before ``now``.
+
+    Raises:
+        TokenExpired: naming the token's age and its validity.
+    """
+    if now - claims.issued_at > ttl_s:
+        raise TokenExpired(f"feedback_token: expired (issued {now - claims.issued_at:.0f} s ago, valid {ttl_s:.0f} s)")
 
 
 def resolve_secret(configured: str, home: Path) -> bytes:

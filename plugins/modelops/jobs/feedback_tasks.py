@@ -1,9 +1,13 @@
-"""The feedback_join DAG's task bodies: locate the day's logs, (Spark runs), publish CTR / CVR.
+"""The feedback_join DAG's task bodies: locate the day's logs, (Spark runs), publish CTR / CVR and outcomes.
 
 Day D's run reads predictions of [D, D+1) and feedback events of [D, D+1+window) and
 writes ``metrics/ctr_cvr/dt=D/`` (JSON, Parquet, quarantine). Re-running D replaces the
 same keys with the same numbers. Everything the tasks hand each other is an ``s3://``
 location: the Spark job reads the partitions and writes its output in the object store.
+
+The outcome job of day D recomputes the prediction days [D-N+1, D] (N = ``outcome_days``) from
+every feedback event received since D-N+1 up to D+1+window, and writes one document per model and
+day, ``metrics/outcomes/dt=Di/<model>.json``: labels that come days late update their day.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from modelops.objectstore import ObjectStore
 from modelops.records import LOG_PREFIXES
 
 METRICS_PREFIX = "metrics/ctr_cvr"
+OUTCOMES_PREFIX = "metrics/outcomes"
 
 
 def window(day: str, window_hours: float) -> tuple[datetime, datetime, datetime]:
@@ -64,6 +69,67 @@ def publish(day: str) -> dict[str, Any]:
     pushed = _push_metrics(day, document)
     return {"uri": store.uri(prefix + "/"), "files": files, "by_version": document["by_version"],
             "rejected": document["rejected"], "mlflow_versions": logged, "metrics_pushed": pushed}
+
+
+def locate_outcomes(day: str, window_hours: float, outcome_days: int) -> dict[str, Any]:
+    """The ``s3://`` locations the outcome job of day D reads: N days of predictions, the feedback since then."""
+    from modelops.feedback.outcome_metrics import covered_days
+    from modelops.jobs.staging import partition_uris
+    from modelops.serving.repository import REPOSITORY_PREFIX
+
+    start, end = covered_days(day, outcome_days)
+    events_end = window(day, window_hours)[2]
+    store = ObjectStore.from_settings()
+    predictions, n_pred = partition_uris(store, LOG_PREFIXES["predictions"], start, end)
+    events, n_events = partition_uris(store, LOG_PREFIXES["feedback"], start, events_end)
+    return {"predictions": predictions or [store.uri(f"{LOG_PREFIXES['predictions']}/dt={day}")],
+            "events": events or [store.uri(f"{LOG_PREFIXES['feedback']}/dt={day}")],
+            "out": store.uri(OUTCOMES_PREFIX), "specs": store.uri(REPOSITORY_PREFIX.rstrip("/")),
+            "prediction_files": n_pred, "event_files": n_events}
+
+
+def outcome_submit_args(day: str, located: dict[str, Any], window_hours: float, outcome_days: int,
+                        master: str) -> list[str]:
+    """The ``modelops outcomes`` arguments for spark-submit (object-store locations only)."""
+    return ["outcomes", "--predictions", *located["predictions"], "--events", *located["events"], "--day", day,
+            "--days", str(outcome_days), "--out", located["out"], "--specs", located["specs"],
+            "--window-hours", str(window_hours), "--master", master]
+
+
+def publish_outcomes(day: str, outcome_days: int) -> dict[str, Any]:
+    """Read the documents of the days the outcome job covered; push them and tag each labelled MLflow version."""
+    from modelops.feedback.outcome_metrics import covered_days
+    from modelops.observability.pushed import outcome_groups, push_if_configured
+
+    store = ObjectStore.from_settings()
+    first, _ = covered_days(day, outcome_days)
+    documents = []
+    for i in range(outcome_days):
+        prefix = f"{OUTCOMES_PREFIX}/dt={(first + timedelta(days=i)).date().isoformat()}/"
+        documents += [json.loads(store.get_bytes(key)) for key in store.list_keys(prefix) if key.endswith(".json")]
+    pushed = push_if_configured(outcome_groups(documents), f"feedback_join outcomes {day}")
+    tagged = _tag_outcomes(documents)
+    return {"uri": store.uri(OUTCOMES_PREFIX + "/"), "documents": len(documents), "metrics_pushed": pushed,
+            "mlflow_versions": tagged}
+
+
+def _tag_outcomes(documents: list[dict[str, Any]]) -> list[str]:
+    """``modelops.outcome.<day>`` on each MLflow version of a labelled Triton version: its realized performance."""
+    from modelops.registry.mlflow_registry import MlflowRegistry
+
+    labelled = [(doc, e) for doc in documents for e in doc["versions"] if "label" in e]
+    if not labelled:
+        return []
+    registry = MlflowRegistry.from_settings()
+    tagged = []
+    for doc, entry in labelled:
+        label = entry["label"]
+        text = " ".join([f"coverage={_fmt(label['coverage'])}",
+                         *(f"{k}={_fmt(v)}" for k, v in label["metrics"].items())])
+        for info in _versions_with_triton_version(registry, str(doc["model"]), int(entry["model_version"])):
+            registry.set_tags(info.name, info.version, {f"modelops.outcome.{doc['day']}": text})
+            tagged.append(f"{info.name}/{info.version}@{doc['day']}")
+    return tagged
 
 
 def _push_metrics(day: str, document: dict[str, Any]) -> int:

@@ -43,12 +43,21 @@ Fields (JSON keys; defaults in brackets):
 * ``outcomes``: what tells whether a prediction was good: ``actions`` [[]] feedback actions
   (example: ``[click, purchase, skip]``) and/or ``label`` [null] ``{kind, delay_s, classes}`` with
   ``kind`` one of ``binary``, ``multiclass``, ``numeric`` and ``delay_s`` the expected delay of the
-  ground truth in seconds.
+  ground truth in seconds; ``classes`` [[]]: a ``multiclass`` label's classes (at least 3) in the
+  order of the model's probability columns, a ``binary`` label's two classes (optional; the second
+  is the positive class, the model's probability column 1). A model that declares neither actions
+  nor a label takes the platform's actions (:data:`~modelops.records.ACTIONS`), as before outcomes
+  were declared. ``token_ttl_s`` [null] how long after the prediction its ``feedback_token`` is
+  accepted by ``POST /v1/feedback`` (> 0). Null means: the gateway's global validity
+  (``TOKEN_TTL_S``, 24 h) for a model without a label, and for a labelled model
+  ``max(global, 2 x label.delay_s)``, or ``max(global, 30 days)`` when ``delay_s`` is 0
+  (:meth:`Outcomes.validity_s`).
 * ``source``: where the model came from: ``model_uri`` [""] (example: ``models:/churn/3``), ``run_id`` [""].
 """
 
 from __future__ import annotations
 
+import math
 import re
 from typing import Any
 
@@ -56,6 +65,7 @@ import msgspec
 
 from modelops.errors import ContractError
 from modelops.names import model_name_problem
+from modelops.records import ACTIONS
 
 SPEC_SCHEMA_VERSION = 1
 DTYPES: tuple[str, ...] = ("FP32", "FP64", "INT32", "INT64", "BOOL", "BYTES")
@@ -67,6 +77,8 @@ REQUEST_FORMS: tuple[str, ...] = ("tabular", "feature-lookup")
 INSTANCE_KINDS: tuple[str, ...] = ("cpu", "gpu", "auto")
 LABEL_KINDS: tuple[str, ...] = ("binary", "multiclass", "numeric")
 DEFAULT_DRIFT_SENSITIVITY = 0.5
+LABEL_FALLBACK_TTL_S = 30 * 86400.0
+"""Token validity of a labelled model whose label declares no delay (and no ``token_ttl_s``): 30 days."""
 """Drift weight of a feature nobody rated: the middle of [0, 1], so rated features rank above or below it."""
 TENSOR_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_.:-]*$")
 _STRUCT = {"frozen": True, "forbid_unknown_fields": True, "kw_only": True}
@@ -135,10 +147,25 @@ class Label(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
 
 
 class Outcomes(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
-    """Feedback actions and/or a delayed label."""
+    """Feedback actions and/or a delayed label, and how long a prediction's token takes them."""
 
     actions: tuple[str, ...] = ()
     label: Label | None = None
+    token_ttl_s: float | None = None
+
+    def accepted_actions(self) -> tuple[str, ...]:
+        """The actions ``POST /v1/feedback`` takes: the declared ones; the platform's when nothing is declared."""
+        return self.actions if self.actions or self.label is not None else ACTIONS
+
+    def validity_s(self, global_ttl_s: float) -> float:
+        """Seconds after the prediction its token is accepted (see the module docstring's ``token_ttl_s``)."""
+        if self.token_ttl_s is not None:
+            return self.token_ttl_s
+        if self.label is None:
+            return global_ttl_s
+        # Ground truth comes late: a token must outlive the expected delay with room for stragglers.
+        wanted = 2.0 * self.label.delay_s if self.label.delay_s > 0 else LABEL_FALLBACK_TTL_S
+        return max(global_ttl_s, wanted)
 
 
 class Source(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
@@ -207,6 +234,7 @@ EXAMPLES: dict[str, str] = {
     "instance_group": '{"kind": "gpu", "count": 1, "gpus": [0]}', "kind": '"cpu"', "count": "1", "gpus": "[0]",
     "routing_key": '"user_id"', "outcomes": '{"actions": ["click"]}', "actions": '["click", "purchase"]',
     "label": '{"kind": "binary", "delay_s": 86400}', "delay_s": "86400", "classes": '["no", "yes"]',
+    "token_ttl_s": "604800",
     "source": '{"model_uri": "models:/churn/3"}', "model_uri": '"models:/churn/3"', "run_id": '"4f1c..."',
     "schema_version": "1", "parameters": '{"predict_fn": "predict_proba"}',
 }
@@ -363,4 +391,15 @@ def spec_problems(spec: ModelSpec) -> list[str]:
         if label.kind == "multiclass" and len(label.classes) < 3:
             problems.append("outcomes.label.classes: a multiclass label names at least 3 classes "
                             "(example: [low, mid, high])")
+        if label.kind == "binary" and len(label.classes) not in (0, 2):
+            problems.append(f"outcomes.label.classes={list(label.classes)}: a binary label names no classes or "
+                            "exactly 2, the positive one second (example: [no, yes])")
+        if len(set(label.classes)) != len(label.classes) or any(not c for c in label.classes):
+            problems.append(f"outcomes.label.classes={list(label.classes)}: distinct non-empty names "
+                            "(example: [low, mid, high])")
+        if label.kind == "numeric" and label.classes:
+            problems.append("outcomes.label.classes: a numeric label has no classes (example: classes: [])")
+    ttl = spec.outcomes.token_ttl_s
+    if ttl is not None and not (math.isfinite(ttl) and ttl > 0):
+        problems.append(f"outcomes.token_ttl_s={ttl}: must be a number of seconds > 0 or null (example: 604800)")
     return problems

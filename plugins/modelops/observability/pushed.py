@@ -14,6 +14,7 @@ job                          grouping key                    metrics
 ``modelops_nightly_drift``   ``model``, ``version``          ``modelops_drift_*``
 ``modelops_feedback_join``   ``model``, ``version``          ``modelops_feedback_{ctr,cvr,impressions,...}``
 ``modelops_feedback_join``   ``model="_all"``                ``modelops_feedback_rejected{reason}``
+``modelops_outcomes``        ``model``, ``version``          ``modelops_outcome_*{day}`` (every day the run covered)
 ``modelops_release``         ``model``                       ``modelops_release_phase{version,phase}``
 ===========================  ==============================  ==========================================
 
@@ -39,6 +40,7 @@ log = logging.getLogger(__name__)
 
 DRIFT_JOB = "modelops_nightly_drift"
 FEEDBACK_JOB = "modelops_feedback_join"
+OUTCOMES_JOB = "modelops_outcomes"
 RELEASE_JOB = "modelops_release"
 ALL_MODELS = "_all"
 
@@ -50,6 +52,8 @@ PUSHED_METRICS = frozenset({
     "modelops_feedback_ctr", "modelops_feedback_cvr", "modelops_feedback_impressions",
     "modelops_feedback_clicks", "modelops_feedback_conversions", "modelops_feedback_day_timestamp_seconds",
     "modelops_feedback_rejected",
+    "modelops_outcome_impressions", "modelops_outcome_action_rate", "modelops_outcome_label_coverage",
+    "modelops_outcome_label_delay_seconds", "modelops_outcome_performance",
     "modelops_release_phase", "modelops_release_paused_since_timestamp_seconds",
     "modelops_release_pause_alert_after_seconds",
 })
@@ -142,6 +146,45 @@ def feedback_groups(day: str, by_version: Iterable[Mapping[str, Any]],
     Gauge("modelops_feedback_day_timestamp_seconds", "Start (UTC) of the day the join covered.",
           registry=registry).set(_day_timestamp(day))
     groups.append(PushGroup(FEEDBACK_JOB, {"model": ALL_MODELS}, registry))
+    return groups
+
+
+def outcome_groups(documents: Iterable[Mapping[str, Any]]) -> list[PushGroup]:
+    """One group per model version of the outcome documents (``<model>.json`` of each day a run covered).
+
+    Each series carries the ``day`` it measures, so a group holds the latest run's view of every day it
+    recomputed (late labels move earlier days): ``modelops_outcome_performance{metric="auc", day=...}``.
+    """
+    series: dict[tuple[str, str], list[tuple[str, Mapping[str, Any]]]] = {}
+    for doc in documents:
+        for entry in doc["versions"]:
+            series.setdefault((str(doc["model"]), str(entry["model_version"])), []).append((str(doc["day"]), entry))
+    groups = []
+    for (model, version), days in sorted(series.items()):
+        registry = CollectorRegistry()
+        impressions = Gauge("modelops_outcome_impressions", "Predictions served that day.", ("day",),
+                            registry=registry)
+        rate = Gauge("modelops_outcome_action_rate", "Predictions with the action / impressions.", ("day", "action"),
+                     registry=registry)
+        coverage = Gauge("modelops_outcome_label_coverage", "Predictions whose label has arrived / impressions.",
+                         ("day",), registry=registry)
+        delay = Gauge("modelops_outcome_label_delay_seconds", "Label ts - prediction ts, by quantile.",
+                      ("day", "quantile"), registry=registry)
+        performance = Gauge("modelops_outcome_performance", "Realized performance on the labelled predictions.",
+                            ("day", "metric"), registry=registry)
+        for day, entry in sorted(days, key=lambda d: d[0]):
+            impressions.labels(day).set(float(entry["impressions"]))
+            for action, counted in entry["actions"].items():
+                rate.labels(day, action).set(_value(counted["rate"]))
+            label = entry.get("label")
+            if label is None:
+                continue
+            coverage.labels(day).set(_value(label["coverage"]))
+            delay.labels(day, "0.5").set(_value(label["delay_p50_s"]))
+            delay.labels(day, "0.9").set(_value(label["delay_p90_s"]))
+            for metric, value in label["metrics"].items():
+                performance.labels(day, metric).set(_value(value))
+        groups.append(PushGroup(OUTCOMES_JOB, {"model": model, "version": version}, registry))
     return groups
 
 
