@@ -143,5 +143,9 @@ def test_the_identity_covers_every_payload_file_and_empty_parameters_are_not_sto
     assert one != version_sha256({"model.py": b"a", "w.bin": b"b"}, ModelSpec.from_dict(
         {**TRITON.to_dict(), "parameters": {"scale": "3"}}))
     assert b'"parameters"' not in spec_bytes(SPEC) and ModelSpec.from_json(spec_bytes(PYFUNC)) == PYFUNC
+    # a null token validity is not stored either; a declared one is, and reads back
+    assert b'"token_ttl_s"' not in spec_bytes(SPEC) and ModelSpec.from_json(spec_bytes(SPEC)) == SPEC
+    timed = ModelSpec.from_dict({**SPEC.to_dict(), "outcomes": {"actions": ["click"], "token_ttl_s": 600}})
+    assert ModelSpec.from_json(spec_bytes(timed)) == timed and b'"token_ttl_s": 600' in spec_bytes(timed)
     # an ONNX version's identity is what it was before payloads of several files existed
     assert version_sha256(b"graph", SPEC) == "7f0ba2dfe91f0c7dd84dbd3fe7bb8e0bcce0e8c3a845174d7d65d8325d7a3730"

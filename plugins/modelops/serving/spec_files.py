@@ -150,12 +150,15 @@ def require_placement(spec: ModelSpec, server_gpus: int) -> None:
 def spec_bytes(spec: ModelSpec) -> bytes:
     """``model-spec.json``: the spec as indented JSON in field order (stable bytes for the version identity).
 
-    Empty ``parameters`` are left out, so a spec without any has the bytes (and the identity) it had before
-    the field existed.
+    Fields added after the format's first version are left out at their defaults (empty ``parameters``,
+    a null ``outcomes.token_ttl_s``), so a spec without them has the bytes (and the identity) it had
+    before they existed: republishing an unchanged model gives the same Triton version.
     """
     doc = msgspec.to_builtins(spec)
     if not doc.get("parameters"):
         doc.pop("parameters", None)
+    if doc.get("outcomes", {}).get("token_ttl_s") is None:
+        doc.get("outcomes", {}).pop("token_ttl_s", None)
     return msgspec.json.format(msgspec.json.encode(doc), indent=2) + b"\n"
 
 
