@@ -122,7 +122,8 @@ def contract_gate(candidate: Mapping[str, str], *, notify: bool = True) -> dict[
         if run_id:
             registry.log_artifacts(run_id, out, CONTRACT_ARTIFACT_DIR)
     failed = [o.describe() for o in report.failed]
-    summary = "passed" if report.success else f"failed ({len(failed)} expectation(s))"
+    # the tag names what failed (the first expectations), so the MLflow UI says why without the artifacts
+    summary = "passed" if report.success else f"failed ({len(failed)} expectation(s)): " + "; ".join(failed)
     if not report.success:
         registry.set_tags(model, version, {"modelops.contract_result": summary[:250],
                                            "modelops.contract_passed": "false"})
