@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,6 +38,8 @@ log = logging.getLogger(__name__)
 
 NO_SPEC = Outcomes()
 """The declaration of a version without a spec: the platform's actions, the global validity."""
+STORE_RETRY_S = 2.0
+"""After a failed spec read, the store is not asked again for this long (an outage must not slow every event)."""
 
 
 class FeedbackServing:
@@ -56,6 +59,7 @@ class FeedbackServing:
         self.feedback_check: Check = compile_schema(FEEDBACK_SCHEMA)
         self.action_check: Check = compile_schema(ACTION_FEEDBACK_SCHEMA)
         self._declared: dict[tuple[str, int], Outcomes | None] = {}  # versions read from the store (None: no spec)
+        self._store_failed_at = -math.inf  # monotonic time of the last failed spec read
 
     async def _feedback(self, headers: dict[str, str], request_id: str, receive: Receive, send: Send) -> None:
         try:
@@ -73,7 +77,7 @@ class FeedbackServing:
         except TokenInvalid as exc:
             self.m_feedback_rejected.inc((("reason", "bad_signature"),))
             raise error(401, "token_invalid", str(exc)) from exc
-        declared = await self._declared_outcomes(claims)
+        declared = await self._declared_outcomes(claims, labelled="label" in document or "value" in document)
         outcome = self._judge(document, declared, claims.model)
         try:
             check_age(claims, now=received_at, ttl_s=(declared or NO_SPEC).validity_s(TOKEN_TTL_S))
@@ -109,8 +113,14 @@ class FeedbackServing:
         self.m_feedback_rejected.inc((("reason", "malformed"),))
         raise HTTPError(400, violation.to_body())
 
-    async def _declared_outcomes(self, claims: TokenClaims) -> Outcomes | None:
-        """The outcomes the token's version declares; None for a version published without a spec."""
+    async def _declared_outcomes(self, claims: TokenClaims, *, labelled: bool) -> Outcomes | None:
+        """The outcomes the token's version declares; None for a version published without a spec.
+
+        While the store cannot be read, an action is judged by the platform's own actions (click,
+        purchase, skip: what a version without a spec takes) and accepted into the spool, as every
+        event is during an outage (the outcome job counts only the actions a version declares); a
+        label or value, whose type only the spec says, is refused with 503 and Retry-After.
+        """
         key = (claims.model, claims.model_version)
         if key in self.edge_models:  # routed: compiled by the routes poller
             edge = self.edge_models[key]
@@ -118,8 +128,15 @@ class FeedbackServing:
         if key in self._declared:
             return self._declared[key]
         try:
+            if time.monotonic() - self._store_failed_at < STORE_RETRY_S:  # do not ask a store that just failed
+                raise ObjectStoreError(f"the object store failed less than {STORE_RETRY_S:g} s ago")
             spec = await asyncio.to_thread(read_spec, self.store, *key)
-        except ObjectStoreError as exc:  # the event is not lost: the client retries after Retry-After
+        except ObjectStoreError as exc:
+            self._store_failed_at = time.monotonic()
+            if not labelled:
+                log.warning("spec of %s v%d unreadable (%s): the action is judged without it", *key, exc)
+                return None  # not cached: the next event asks the store again
+            # the event is not lost: the client retries after Retry-After
             raise self._unavailable("spec_unavailable", f"the spec of {key[0]} v{key[1]} could not be read: "
                                                         f"{exc}") from exc
         except ContractError as exc:
