@@ -20,25 +20,11 @@ import pytest
 from modelops.airflow_client import AirflowClient
 from modelops.objectstore import ObjectStore
 from modelops.serving.triton import TritonClient
+from tests.integration.test_edge_models import _log_cancer
 from tests.integration.test_model_zoo import _register, release
 from tests.support.releases import ended
 
 pytestmark = pytest.mark.integration
-
-
-def _log_classifier(c: float) -> Any:
-    import mlflow.sklearn
-    from mlflow.models import infer_signature
-    from sklearn.datasets import load_breast_cancer
-    from sklearn.linear_model import LogisticRegression
-    from sklearn.pipeline import make_pipeline
-    from sklearn.preprocessing import StandardScaler
-
-    data = load_breast_cancer(as_frame=True)
-    x, y = data.data, data.target
-    model = make_pipeline(StandardScaler(), LogisticRegression(C=c, max_iter=500)).fit(x, y)
-    return mlflow.sklearn.log_model(model, name="model", signature=infer_signature(x, model.predict_proba(x)),
-                                    input_example=x.iloc[:20])
 
 
 def test_a_collapsed_second_version_of_a_classifier_is_rolled_back_by_the_canary(
@@ -53,13 +39,13 @@ def test_a_collapsed_second_version_of_a_classifier_is_rolled_back_by_the_canary
     from modelops.traffic.tabular import tabular_bodies, tabular_spec
 
     name = f"zoo_canary_cancer_{uuid.uuid4().hex[:6]}"
-    first = _register(mlflow_uri, name, lambda: _log_classifier(1.0))
+    first = _register(mlflow_uri, name, lambda: _log_cancer(1.0))
     run = release(airflow, name, first)
     assert ended(airflow, name, run, 300) == "success"
     routes = load_routes(object_store.get_bytes(routes_key(name)))
     assert (routes.stable.version, routes.canary) == (1, None)
 
-    collapsed = _register(mlflow_uri, name, lambda: _log_classifier(1e-8))
+    collapsed = _register(mlflow_uri, name, lambda: _log_cancer(1e-8))
     frame = load_breast_cancer(as_frame=True).data
     bodies = tabular_bodies(list(frame.columns), frame.to_numpy().tolist())
     run = release(airflow, name, collapsed)

@@ -50,7 +50,6 @@ from modelops.serving.holds import write_hold
 from modelops.serving.index_store import allocate_version, model_lock
 from modelops.serving.mlflow_models import PreparedModel, prepare_model
 from modelops.serving.modelinfo import Manifest, ModelInfo, sha256_bytes
-from modelops.serving.pbtxt import config_mismatches
 from modelops.serving.prepared import EVAL_SUFFIXES
 from modelops.serving.publisher import code_revision, local_repository
 from modelops.serving.repository import REPOSITORY_PREFIX, mirror_release, upload_release
@@ -63,9 +62,9 @@ from modelops.serving.spec_files import (
     spec_release_files,
     version_sha256,
 )
+from modelops.serving.spec_serving import Placement, serve_versions
 from modelops.serving.triton import TritonClient, triton_clients
 
-SETTLE_TIMEOUT_S = 30.0
 EVAL_DIR = "eval"
 
 
@@ -179,21 +178,14 @@ def verify_consistency(client: TritonClient, spec: ModelSpec, version: int, prep
 
 
 def _load(client: TritonClient, spec: ModelSpec, version: int, server_backend: str, server_gpus: int) -> list[int]:
+    """Serve ``version`` beside what ``client`` serves; on a refused or differing config, back to what it served."""
     previous = client.ready_versions(spec.name)
-    target = sorted(set(previous) | {version})
-    expected = config_json(served_spec(spec, server_backend, server_gpus), versions=target)
-    client.load(spec.name, expected)
-    reported = client.model_config(spec.name, version)
-    problems = config_mismatches(expected, {**reported, "version_policy": expected["version_policy"]})
-    deadline = time.monotonic() + SETTLE_TIMEOUT_S
-    while not problems and client.ready_versions(spec.name) != target:
-        if time.monotonic() > deadline:
-            problems = [f"Triton serves versions {client.ready_versions(spec.name)}, expected {target}"]
-        time.sleep(0.1)
-    if problems:
+    placement = Placement(server_backend, server_gpus)
+    try:
+        serve_versions(client, spec, sorted(set(previous) | {version}), placement)
+    except ServingError:
         _restore(client, spec, previous, server_backend, server_gpus)
-        raise ServingError(f"{spec.name} version {version}: Triton's config after loading differs from the "
-                           "spec's:\n  " + "\n  ".join(problems))
+        raise
     return previous
 
 
