@@ -52,13 +52,16 @@ def test_a_collapsed_second_version_of_a_classifier_is_rolled_back_by_the_canary
     with BackgroundTraffic(tabular_spec(name, rate=20.0, seconds=240.0), stack_settings.gateway_url,
                            bodies) as traffic:
         state = ended(airflow, name, run, 240)
-    assert state == "success"
+    # a rolled-back release fails its run (canary_to_approval), as the recommender's does
+    states = {t["task_id"]: t["state"] for t in airflow.task_instances("model_release", run)}
+    assert state == "failed" and states["canary_to_approval"] == "failed", states
     report = traffic.report
     assert report is not None and report.status.get(200, 0) >= 40 and set(report.status) == {200}, report
     assert report.per_version.get(2, 0) > 0, f"the canary got no request: {report.line()}"
 
     status = json.loads(object_store.get_bytes(checkpoint_key(name, 2)))["status"]
     assert status["phase"] == "rolled_back", status
+    assert status["mttr_s"] is not None and 0 < status["mttr_s"] < 60, status
     assert "score_std" in json.dumps(status["failed_checks"]), status["failed_checks"]
     routes = load_routes(object_store.get_bytes(routes_key(name)))
     assert (routes.stable.version, routes.canary) == (1, None)
