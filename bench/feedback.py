@@ -38,10 +38,11 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
+
+from _feedback_logs import _micros, _write_partitioned, hex_tokens  # noqa: E402
 
 from modelops.feedback.definitions import (  # noqa: E402
     REASON_PRECEDENCE,
@@ -50,39 +51,12 @@ from modelops.feedback.definitions import (  # noqa: E402
     version_sort_key,
     window_micros,
 )
-from modelops.records import FEEDBACK, PREDICTIONS, partition_path  # noqa: E402
+from modelops.records import FEEDBACK, PREDICTIONS  # noqa: E402
 
 START = datetime(2026, 11, 1, tzinfo=UTC)
 END = START + timedelta(days=1)
 WINDOW_HOURS = 24.0
 MODELS = (("ranker", 1, 0.80), ("ranker", 2, 0.12), ("ranker", 3, 0.05), ("reco", 1, 0.03))
-_HEX = np.array([f"{i:02x}".encode() for i in range(256)], dtype="S2")
-
-
-def hex_tokens(rng: np.random.Generator, n: int, nbytes: int = 16) -> pa.Array:
-    """``n`` random lowercase hex strings of ``2 * nbytes`` characters."""
-    raw = rng.integers(0, 256, size=(n, nbytes), dtype=np.uint8)
-    fixed = np.ascontiguousarray(_HEX[raw]).view(f"S{2 * nbytes}").reshape(n)
-    return pa.array(fixed, type=pa.binary()).cast(pa.string())
-
-
-def _micros(when: datetime) -> int:
-    return int(when.timestamp()) * 1_000_000
-
-
-def _write_partitioned(table: pa.Table, by: str, root: Path) -> None:
-    """Write ``table`` sorted by column ``by`` into ``root/dt=…/hour=…/part-0.parquet``."""
-    table = table.sort_by(by)
-    micros = table.column(by).cast(pa.int64()).to_numpy(zero_copy_only=False)
-    hours = micros // 3_600_000_000
-    bounds = np.flatnonzero(np.diff(hours)) + 1
-    for lo, hi in zip(np.r_[0, bounds], np.r_[bounds, len(hours)], strict=True):
-        when = datetime.fromtimestamp(int(hours[lo]) * 3600, tz=UTC)
-        folder = Path(partition_path(str(root), when))
-        folder.mkdir(parents=True, exist_ok=True)
-        pq.write_table(table.slice(lo, hi - lo), folder / "part-0.parquet")
-
-
 def generate(root: Path, n_pred: int, n_events: int, seed: int, malformed: float) -> tuple[Path, Path]:
     """Create (or reuse) the two logs under ``root``; returns their folders."""
     preds_dir, events_dir, done = root / "predictions", root / "events", root / ".complete"

@@ -58,7 +58,7 @@ SPECS = {(m, v): _spec(m, kind) for m, v, _, kind in MODELS}
 
 def generate(root: Path, n_pred: int, n_labels: int, seed: int) -> tuple[Path, Path]:
     """Create (or reuse) the prediction and feedback logs under ``root``."""
-    from feedback import _micros, _write_partitioned, hex_tokens
+    from _feedback_logs import _micros, _write_partitioned, hex_tokens
 
     preds_dir, events_dir, done = root / "predictions", root / "events", root / ".complete"
     if done.exists():

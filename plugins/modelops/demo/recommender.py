@@ -73,8 +73,8 @@ def _infer(cfg: Settings) -> str:
 
     import requests
 
+    from modelops.documents.feature_tables import FeatureLookup, load_feature_tables
     from modelops.example.synthetic import WorldSpec, generate_requests
-    from modelops.example.tables import FeatureLookup, load_feature_tables
     from modelops.objectstore import ObjectStore
 
     users, items, _snapshot = load_feature_tables(ObjectStore.from_settings(cfg))

@@ -1,8 +1,9 @@
 """The online feature lookup: the newest published feature snapshot, reloaded when it changes.
 
-The tables and their pointer are written by :mod:`modelops.example.tables`; this
-adapter polls the pointer, loads a new snapshot off the event loop, and swaps the
-prepared :class:`~modelops.example.tables.FeatureLookup` in one assignment.
+The tables and their pointer are written by :mod:`modelops.example.tables` and read through
+:mod:`modelops.documents.feature_tables`; this adapter polls the pointer, loads a new snapshot off
+the event loop, and swaps the
+prepared :class:`~modelops.documents.feature_tables.FeatureLookup` in one assignment.
 """
 
 from __future__ import annotations
@@ -32,13 +33,13 @@ class FeaturesUnavailable(ModelopsError):
 class LoadedSnapshot:
     """One snapshot prepared for the hot path: id -> row dicts and the float32 value arrays.
 
-    ``lookup`` is the shared :class:`~modelops.example.tables.FeatureLookup` (same arrays);
+    ``lookup`` is the shared :class:`~modelops.documents.feature_tables.FeatureLookup` (same arrays);
     the gateway indexes them through plain dicts because building a pandas ``Index`` per
     request costs ~0.2 ms, a dict lookup per id ~50 ns.
     """
 
     snapshot: str
-    lookup: Any  # modelops.example.tables.FeatureLookup (imported lazily: pandas)
+    lookup: Any  # modelops.documents.feature_tables.FeatureLookup (imported lazily: pandas)
     published_at: float  # the pointer's created_at when it has one, else when this process first saw it
     loaded_at: float
     user_rows: dict[str, int]
@@ -106,7 +107,7 @@ class OnlineFeatures:
         Returns True when a new snapshot was applied. Errors are counted and logged; the
         loaded snapshot (if any) keeps serving.
         """
-        from modelops.example.tables import FeatureLookup, load_feature_tables, read_pointer
+        from modelops.documents.feature_tables import FeatureLookup, load_feature_tables, read_pointer
 
         try:
             pointer = read_pointer(self.store)

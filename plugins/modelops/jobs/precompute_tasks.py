@@ -6,7 +6,7 @@ version) through Triton's HTTP API with binary tensors, ``batch_rows`` pairs per
 most the model's ``max_batch_size``), ``concurrency`` calls in flight, then writes the
 scores and, last, the manifest (:mod:`modelops.serving.precompute`). The pairs are built
 from the in-memory feature tables exactly as the gateway builds a request's matrix
-(:class:`~modelops.example.tables.FeatureLookup`), so a precomputed score is what Triton
+(:class:`~modelops.documents.feature_tables.FeatureLookup`), so a precomputed score is what Triton
 returns online for the same features.
 """
 
@@ -189,7 +189,7 @@ def precompute(champion: Champion, interval_start: datetime, *, store: ObjectSto
         ServingError: Triton refused or is unreachable.
     """
     from modelops.config import settings
-    from modelops.example.tables import FeatureLookup, load_feature_tables
+    from modelops.documents.feature_tables import FeatureLookup, load_feature_tables
     from modelops.features import feature_names, load_features
 
     store = store or ObjectStore.from_settings()
