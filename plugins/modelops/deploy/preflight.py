@@ -1,8 +1,8 @@
 """The production topology's init step: refuse placeholder secrets, then write the generated configs.
 
 ``python -m modelops.deploy.preflight --env-example FILE --objectstore-config DIR --mlflow-config DIR
---airflow-auth DIR`` (the compose file's ``init`` service) reads every secret named in :data:`SECRETS`
-from the environment and fails, naming the variable, when one is empty, still holds its
+--airflow-auth DIR --triton-admin DIR --spark-auth DIR`` (the compose file's ``init`` service) reads every
+secret named in :data:`SECRETS` from the environment and fails, naming the variable, when one is empty, still holds its
 ``.env.example`` placeholder, or breaks its rule (the Fernet key must be 32 url-safe base64 bytes).
 It then writes, from the same variables, each file into the folder (a volume of its own) that only
 its reader mounts:
@@ -11,7 +11,11 @@ its reader mounts:
   service (Triton read-only, the Spark executors read-only but for the feedback quarantine),
 - ``mlflow-auth.ini`` in ``--mlflow-config``: the MLflow basic-auth app's configuration (user store
   in PostgreSQL, its password inside),
-- ``passwords.json`` in ``--airflow-auth``: the Airflow admin's password file.
+- ``passwords.json`` in ``--airflow-auth``: the Airflow admin's password file,
+- ``admin-key`` in ``--triton-admin``: the key of Triton's restricted repository API (Triton, the
+  publisher, the reconciler and the scaler mount it),
+- ``secret`` in ``--spark-auth``: Spark's RPC authentication secret (the master, the workers and the
+  drivers in the Airflow workers mount it).
 
 :data:`CONFIG_FILES` says which file goes where; the structure test checks that no service mounts
 a generated-secrets volume it does not read.
@@ -41,6 +45,8 @@ GROUP_READABLE = 0o640
 #: The variables that must hold a real secret, and what a valid value looks like.
 SECRETS: tuple[str, ...] = (
     "POSTGRES_PASSWORD",
+    "POSTGRES_AIRFLOW_PASSWORD",
+    "POSTGRES_MLFLOW_PASSWORD",
     "AIRFLOW_ADMIN_PASSWORD",
     "AIRFLOW_JWT_SECRET",
     "AIRFLOW_API_SECRET_KEY",
@@ -57,10 +63,13 @@ SECRETS: tuple[str, ...] = (
     "S3_TRITON_SECRET_KEY",
     "S3_SPARK_SECRET_KEY",
     "REDIS_PASSWORD",
+    "TRITON_ADMIN_KEY",
+    "SPARK_AUTH_SECRET",
 )
 MIN_SECRET_LENGTH = 12
-#: Secrets that stand in a URL as they are (the Celery broker URL ``redis://:PASSWORD@redis:6379/0``).
-URL_SECRETS = frozenset({"REDIS_PASSWORD"})
+#: Secrets that stand in a URL or a flag as they are (the Celery broker URL ``redis://:PASSWORD@redis:6379/0``,
+#: the database URLs, Triton's ``--http-restricted-api=APIS:admin-key=KEY``).
+URL_SECRETS = frozenset({"REDIS_PASSWORD", "POSTGRES_AIRFLOW_PASSWORD", "POSTGRES_MLFLOW_PASSWORD", "TRITON_ADMIN_KEY"})
 _URL_SAFE = re.compile(r"[A-Za-z0-9_~.-]+")
 GENERATE_HINT = 'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
 FERNET_HINT = 'python3 -c "import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())"'
@@ -84,6 +93,8 @@ CONFIG_FILES: dict[str, tuple[str, ...]] = {
     "objectstore-config": ("s3-identities.json",),
     "mlflow-config": ("mlflow-auth.ini",),
     "airflow-auth": ("passwords.json",),
+    "triton-admin": ("admin-key",),
+    "spark-auth": ("secret",),
 }
 
 
@@ -192,6 +203,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="directory for mlflow-auth.ini (mounted by MLflow only)")
     parser.add_argument("--airflow-auth", type=Path, required=True,
                         help="directory for Airflow's password file (Airflow opens it read-write)")
+    parser.add_argument("--triton-admin", type=Path, required=True,
+                        help="directory for Triton's admin key (Triton, the publisher, reconciler and scaler mount it)")
+    parser.add_argument("--spark-auth", type=Path, required=True,
+                        help="directory for Spark's authentication secret (the Spark daemons and drivers mount it)")
     args = parser.parse_args(argv)
     env = dict(os.environ)
     try:
@@ -201,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     bucket = env.get("MODELOPS_BUCKET", "modelops")
     mlflow_bucket = env.get("MODELOPS_MLFLOW_BUCKET", "mlflow")
-    for folder in (args.objectstore_config, args.mlflow_config, args.airflow_auth):
+    for folder in (args.objectstore_config, args.mlflow_config, args.airflow_auth, args.triton_admin, args.spark_auth):
         folder.mkdir(parents=True, exist_ok=True)
     write_private(args.objectstore_config / "s3-identities.json",
                   json.dumps(s3_identities_doc(env, bucket, mlflow_bucket)), mode=GROUP_READABLE)
@@ -210,8 +225,10 @@ def main(argv: list[str] | None = None) -> int:
     write_private(args.airflow_auth / "passwords.json",
                   json.dumps({env.get("MODELOPS_AIRFLOW_USER", "admin"): env["AIRFLOW_ADMIN_PASSWORD"]}),
                   mode=GROUP_READABLE)
-    print(f"secrets checked; configs written to {args.objectstore_config}, {args.mlflow_config} "
-          f"and {args.airflow_auth}")
+    write_private(args.triton_admin / "admin-key", env["TRITON_ADMIN_KEY"], mode=GROUP_READABLE)
+    write_private(args.spark_auth / "secret", env["SPARK_AUTH_SECRET"], mode=GROUP_READABLE)
+    print(f"secrets checked; configs written to {args.objectstore_config}, {args.mlflow_config}, "
+          f"{args.airflow_auth}, {args.triton_admin} and {args.spark_auth}")
     return 0
 
 
