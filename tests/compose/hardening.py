@@ -53,3 +53,37 @@ NOT_FROM_EDGE = (("triton", 8000), ("triton", 8001), ("triton", 8002), ("spark-m
                  ("spark-master", 8080), ("spark-worker", 8081), ("redis", 6379), ("postgres", 5432),
                  ("objectstore", 8333), ("pushgateway", 9091), ("prometheus", 9090), ("alertmanager", 9093),
                  ("statsd-bridge", 9102))
+
+#: The reachability matrix of docs/operations/security.md: (column title, service) and (row title, services).
+MATRIX_COLUMNS = (("gateway-lb", "gateway-lb"), ("gateway", "gateway"), ("airflow API", "airflow-api-server"),
+                  ("mlflow", "mlflow"), ("triton", "triton"), ("spark master", "spark-master"),
+                  ("postgres / redis / objectstore", "postgres"), ("prometheus", "prometheus"),
+                  ("pushgateway", "pushgateway"), ("alertmanager", "alertmanager"))
+MATRIX_ROWS = (("`gateway-lb`", ("gateway-lb",)), ("`gateway`", ("gateway",)), ("`triton`", ("triton",)),
+               ("`reconciler`, `scaler`", ("reconciler", "scaler")), ("`airflow-worker`", ("airflow-worker",)),
+               ("`airflow-scheduler`, `-dag-processor`", ("airflow-scheduler", "airflow-dag-processor")),
+               ("`airflow-triggerer`", ("airflow-triggerer",)), ("`airflow-api-server`", ("airflow-api-server",)),
+               ("`mlflow`", ("mlflow",)), ("`spark-master`", ("spark-master",)),
+               ("`spark-worker` (and the jobs' executors)", ("spark-worker",)), ("`prometheus`", ("prometheus",)),
+               ("`pushgateway`, `alertmanager`", ("pushgateway", "alertmanager")), ("`alert-relay`", ("alert-relay",)),
+               ("`statsd-bridge`", ("statsd-bridge",)), ("`grafana`", ("grafana",)))
+PUBLISHED_FROM_HOST = frozenset({"gateway-lb", "airflow-api-server", "mlflow", "grafana"})
+
+
+def reachability_table() -> str:
+    """The markdown matrix: ✓ where the caller shares a network with the service, · where it does not."""
+    def mark(ok: bool) -> str:
+        return "✓" if ok else "·"
+
+    lines = ["| from ↓ / to → | " + " | ".join(title for title, _ in MATRIX_COLUMNS) + " |",
+             "|---" * (len(MATRIX_COLUMNS) + 1) + "|",
+             "| the host (published ports) | "
+             + " | ".join(mark(target in PUBLISHED_FROM_HOST) for _, target in MATRIX_COLUMNS) + " |"]
+    for title, callers in MATRIX_ROWS:
+        cells = []
+        for _, target in MATRIX_COLUMNS:
+            shared = {bool(SERVICES[caller][0] & SERVICES[target][0]) for caller in callers}
+            assert len(shared) == 1, (title, target)  # one row, one answer
+            cells.append(mark(shared.pop()))
+        lines.append(f"| {title} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)

@@ -289,3 +289,22 @@ def test_every_container_runs_as_its_declared_user_read_only_without_capabilitie
                 problems.append(f"{name}: no memory or CPU limit (memory {host.get('Memory')}, "
                                 f"nano-cpus {host.get('NanoCpus')})")
     assert problems == [], "\n".join(problems)
+
+
+def test_the_gateway_identity_writes_its_event_logs_only(compose_settings: Settings) -> None:
+    """A compromised gateway reads the routes, repositories and feature tables but cannot rewrite them."""
+    import os
+
+    from modelops.errors import ObjectStoreError
+    from modelops.objectstore import ObjectStore
+
+    gateway = ObjectStore(compose_settings.s3_endpoint, compose_settings.bucket, os.environ["S3_GATEWAY_ACCESS_KEY"],
+                          os.environ["S3_GATEWAY_SECRET_KEY"], compose_settings.s3_region)
+    allowed = f"logs/_compose-{uuid.uuid4().hex[:8]}/part.parquet"
+    gateway.put_bytes(allowed, b"a log")
+    assert gateway.get_bytes(allowed) == b"a log"
+    gateway.delete(allowed)
+    tag = uuid.uuid4().hex[:8]
+    for refused in (f"routes/_compose-{tag}.json", f"triton/repository/_compose-{tag}"):
+        with pytest.raises(ObjectStoreError, match=r"AccessDenied|Forbidden|403"):
+            gateway.put_bytes(refused, b"refused")

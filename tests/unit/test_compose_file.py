@@ -113,6 +113,18 @@ def test_the_spark_executors_read_the_bucket_and_write_only_the_feedback_output(
     assert SPARK_WRITES == METRICS_PREFIX
 
 
+def test_the_gateways_write_only_their_event_logs() -> None:
+    from modelops.deploy.preflight import GATEWAY_WRITES
+    from modelops.records import LOG_PREFIXES
+
+    env = {f"S3_{who}_{kind}_KEY": f"{who.lower()}-{kind.lower()}"
+           for who in IDENTITIES for kind in ("ACCESS", "SECRET")}
+    doc = s3_identities_doc(env, "modelops", "mlflow")
+    gateway = next(i for i in doc["identities"] if i["name"] == "gateway")  # type: ignore[union-attr]
+    assert gateway["actions"] == ["Read:modelops", "List:modelops", "Write:modelops/logs/*"]
+    assert all(prefix.startswith(f"{GATEWAY_WRITES}/") for prefix in LOG_PREFIXES.values())
+
+
 def test_generated_secrets_are_mounted_only_where_they_are_read(production: dict) -> None:
     """Each generated config (identities of every object-store user, MLflow's database URI, the Airflow admin's
     password) has a volume of its own, mounted by init (which writes it) and its one reader; no other service."""

@@ -285,3 +285,10 @@ def test_the_spark_driver_authenticates_and_listens_toward_the_master(monkeypatc
         "spark.driver.host": "127.0.0.1", "spark.driver.bindAddress": "127.0.0.1",
         "spark.authenticate": "true", "spark.authenticate.secret": "spark-secret"}
     assert "spark.authenticate" not in cluster_conf("spark://127.0.0.1:7077", load_settings({}))
+
+
+def test_the_documented_reachability_matrix_is_the_declared_one() -> None:
+    from tests.compose.hardening import reachability_table
+
+    page = (PROJECT_ROOT / "docs" / "operations" / "security.md").read_text()
+    assert reachability_table() in page, "security.md: paste tests.compose.hardening.reachability_table()"

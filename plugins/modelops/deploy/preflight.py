@@ -87,6 +87,9 @@ class Identity:
 
 #: The feedback job's output: the only prefix the Spark executors write (its quarantine objects).
 SPARK_WRITES = "metrics/ctr_cvr"
+#: The event logs (modelops.records.LOG_PREFIXES): the only prefix the gateways write. A compromised gateway
+#: reads routes, repositories and feature tables but cannot rewrite them.
+GATEWAY_WRITES = "logs"
 
 #: The generated config files by the folder (and compose volume) they are written to, and who mounts it.
 CONFIG_FILES: dict[str, tuple[str, ...]] = {
@@ -102,7 +105,8 @@ def identities(bucket: str, mlflow_bucket: str) -> tuple[Identity, ...]:
     """Per-service object-store identities: only the admin may create buckets; Triton only reads.
 
     The Spark executors read the platform bucket (logs, baselines, the drift job's inputs) and
-    write only under :data:`SPARK_WRITES` (SeaweedFS prefix grants: ``Write:bucket/prefix/*``).
+    write only under :data:`SPARK_WRITES`, the gateways only under :data:`GATEWAY_WRITES` (SeaweedFS
+    prefix grants: ``Write:bucket/prefix/*``).
     """
     rw = ("Read", "Write", "List", "Tagging")
     return (
@@ -110,7 +114,8 @@ def identities(bucket: str, mlflow_bucket: str) -> tuple[Identity, ...]:
         Identity("airflow", "S3_AIRFLOW_ACCESS_KEY", "S3_AIRFLOW_SECRET_KEY",
                  tuple(f"{a}:{b}" for b in (bucket, mlflow_bucket) for a in rw)),
         Identity("mlflow", "S3_MLFLOW_ACCESS_KEY", "S3_MLFLOW_SECRET_KEY", tuple(f"{a}:{mlflow_bucket}" for a in rw)),
-        Identity("gateway", "S3_GATEWAY_ACCESS_KEY", "S3_GATEWAY_SECRET_KEY", tuple(f"{a}:{bucket}" for a in rw)),
+        Identity("gateway", "S3_GATEWAY_ACCESS_KEY", "S3_GATEWAY_SECRET_KEY",
+                 (f"Read:{bucket}", f"List:{bucket}", f"Write:{bucket}/{GATEWAY_WRITES}/*")),
         Identity("triton", "S3_TRITON_ACCESS_KEY", "S3_TRITON_SECRET_KEY", (f"Read:{bucket}", f"List:{bucket}")),
         Identity("spark", "S3_SPARK_ACCESS_KEY", "S3_SPARK_SECRET_KEY",
                  (f"Read:{bucket}", f"List:{bucket}", f"Write:{bucket}/{SPARK_WRITES}/*")),
