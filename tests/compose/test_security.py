@@ -198,6 +198,12 @@ def _inference_body(url: str, model: str, version: int) -> dict[str, Any]:
     return {"inputs": inputs}
 
 
+def _successes(url: str, model: str, version: int) -> int:
+    """Requests the server answered for the version since it loaded it (Triton's statistics API, open)."""
+    stats = requests.get(f"{url}/v2/models/{model}/versions/{version}/stats", timeout=10).json()
+    return int(stats["model_stats"][0]["inference_stats"]["success"]["count"])
+
+
 def test_on_the_serving_network_inference_is_open_and_the_repository_needs_the_key(
     engine: Engine, image: str, compose_settings: Settings,
 ) -> None:
@@ -225,12 +231,16 @@ def test_on_the_serving_network_inference_is_open_and_the_repository_needs_the_k
         assert refused[0] == 403 and "restricted" in refused[1], refused
     assert keyed_index[0] == 200, keyed_index
     # With the key the repository API works: unload the routed pipeline's ensemble from one server; the
-    # reconciler (which holds the key too) loads it there again.
+    # reconciler (which holds the key too) loads it there again: a fresh load, its counters restarted.
+    for _ in range(3):
+        answer = requests.post(f"{server}/v2/models/{model}/versions/{version}/infer", json=body, timeout=30)
+        assert answer.status_code == 200, answer.text
+    before = _successes(server, model, version)
+    assert before >= 3, before
     client = TritonClient(server, timeout_s=10.0)
     client.unload(model)
-    assert not client.is_model_ready(model, version)
     deadline = time.monotonic() + 120
-    while not client.is_model_ready(model, version):
+    while not (client.is_model_ready(model, version) and _successes(server, model, version) < before):
         assert time.monotonic() < deadline, f"the reconciler did not load {model} v{version} again on {server}"
         time.sleep(1)
     with pytest.raises(ServingError, match="restricted"):  # the platform's client without the key
