@@ -18,6 +18,7 @@ import pytest
 import requests
 
 from modelops.config import Settings
+from modelops.serving.pbtxt import PATH_SCORE
 from tests.compose.engine import Engine
 from tests.compose.hardening import NOT_FROM_EDGE, SERVICES, TEST_UIDS
 
@@ -184,10 +185,13 @@ def _routed_ensemble(compose_settings: Settings) -> tuple[str, int]:
 
 
 def _inference_body(url: str, model: str, version: int) -> dict[str, Any]:
-    """A request of zeros shaped after the version's own metadata (variable dimensions: 1)."""
+    """A request of zeros shaped after the version's own metadata (variable dimensions: 1), its required
+    inputs only (the config marks the explanation inputs optional)."""
     meta = requests.get(f"{url}/v2/models/{model}/versions/{version}", timeout=10).json()
+    config = requests.get(f"{url}/v2/models/{model}/versions/{version}/config", timeout=10).json()
+    optional = {tensor["name"] for tensor in config.get("input", []) if tensor.get("optional")}
     inputs = []
-    for tensor in meta["inputs"]:
+    for tensor in (t for t in meta["inputs"] if t["name"] not in optional):
         shape = [1 if dim < 0 else dim for dim in tensor["shape"]]
         size = 1
         for dim in shape:
@@ -195,7 +199,8 @@ def _inference_body(url: str, model: str, version: int) -> dict[str, Any]:
         zero: Any = "" if tensor["datatype"] == "BYTES" else 0
         inputs.append({"name": tensor["name"], "shape": shape, "datatype": tensor["datatype"],
                        "data": [zero] * size})
-    return {"inputs": inputs}
+    outputs = [{"name": t["name"]} for t in meta["outputs"] if t["name"] != PATH_SCORE]  # not an explanation
+    return {"inputs": inputs, "outputs": outputs}
 
 
 def _successes(url: str, model: str, version: int) -> int:
