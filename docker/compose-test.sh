@@ -31,6 +31,9 @@ cleanup() {
     if [ "${COMPOSE_TEST_KEEP:-0}" = 1 ]; then
       log "COMPOSE_TEST_KEEP=1: leaving $PROJECT up (env file $WORK/env)"; exit "$rc"
     fi
+    "$DOCKER" rm -f "${PROJECT}-checks" >/dev/null 2>&1 || true
+    # Throwaway probes of tests/compose/test_security.py that an interrupted run left behind.
+    "$DOCKER" ps -aq --filter "label=modelops.compose-test.probe=$PROJECT" | xargs -r "$DOCKER" rm -f >/dev/null 2>&1 || true
     log "down -v"
     compose down -v --remove-orphans --timeout 20 >/dev/null 2>&1 || true
   fi
@@ -86,8 +89,9 @@ log "topology healthy; running the checks"
   export COMPOSE_TEST_PROJECT=$PROJECT COMPOSE_BIN=$COMPOSE
   # shellcheck disable=SC2086
   .venv/bin/pytest -m compose tests/compose/test_published.py -p no:cacheprovider ${PYTEST_ARGS:-} )
-# 2. From a container on the compose network (like any platform service): the release story, then what
-#    Prometheus, the Pushgateway and Alertmanager saw of it.
+# 2. From a container on every network of the topology (the checks reach what each platform service
+#    reaches): the release story, then what Prometheus, the Pushgateway and Alertmanager saw of it, then the
+#    hardening (test_security.py: throwaway containers on one network at a time, through the engine).
 ( set -a; . "$WORK/env"; set +a
   cat <<CHECKS
 MODELOPS_S3_ENDPOINT_URL=http://objectstore:8333
@@ -97,6 +101,7 @@ MODELOPS_MLFLOW_TRACKING_URI=http://mlflow:5000
 MLFLOW_TRACKING_USERNAME=admin
 MLFLOW_TRACKING_PASSWORD=$MLFLOW_ADMIN_PASSWORD
 MODELOPS_TRITON_URL=dns+http://triton:8000
+MODELOPS_TRITON_ADMIN_KEY=$TRITON_ADMIN_KEY
 COMPOSE_TEST_PROJECT=$PROJECT
 MODELOPS_TRITON_BACKEND=$MODELOPS_TRITON_BACKEND
 MODELOPS_AIRFLOW_URL=http://airflow-api-server:8080
@@ -112,17 +117,32 @@ S3_TRITON_ACCESS_KEY=$S3_TRITON_ACCESS_KEY
 S3_TRITON_SECRET_KEY=$S3_TRITON_SECRET_KEY
 S3_SPARK_ACCESS_KEY=$S3_SPARK_ACCESS_KEY
 S3_SPARK_SECRET_KEY=$S3_SPARK_SECRET_KEY
+S3_GATEWAY_ACCESS_KEY=$S3_GATEWAY_ACCESS_KEY
+S3_GATEWAY_SECRET_KEY=$S3_GATEWAY_SECRET_KEY
+REDIS_PASSWORD=$REDIS_PASSWORD
+POSTGRES_AIRFLOW_PASSWORD=$POSTGRES_AIRFLOW_PASSWORD
+POSTGRES_MLFLOW_PASSWORD=$POSTGRES_MLFLOW_PASSWORD
 CHECKS
 ) >"$WORK/checks.env"
 chmod 644 "$WORK/checks.env"
 # The engine's socket (and its group) for the check that crashes a Triton server under traffic.
 SOCK=${DOCKER_HOST:-unix:///var/run/docker.sock}
 SOCK=${SOCK#unix://}
+CHECK_NETWORKS=(edge serving data control observability)
+for network in "${CHECK_NETWORKS[@]}"; do
+  "$DOCKER" network inspect "${PROJECT}_$network" >/dev/null 2>&1 \
+    || { echo "the topology has no network ${PROJECT}_$network (docker-compose.yml's networks)" >&2; exit 1; }
+done
 # shellcheck disable=SC2086
-"$DOCKER" run --rm --network "${PROJECT}_default" -e PYTHONDONTWRITEBYTECODE=1 \
+"$DOCKER" create --name "${PROJECT}-checks" --network "${PROJECT}_${CHECK_NETWORKS[0]}" -e PYTHONDONTWRITEBYTECODE=1 \
   -v "$SOCK:/var/run/docker.sock" --group-add "$(stat -c %g "$SOCK")" \
   -e MODELOPS_COMPOSE_CHECKS_ENV=/run/checks.env -v "$WORK/checks.env:/run/checks.env:ro" \
   -v "$ROOT/tests:/opt/modelops/tests:ro" -v "$ROOT/prometheus:/opt/modelops/prometheus:ro" modelops:latest \
-  pytest -m compose tests/compose/test_release_story.py tests/compose/test_observability.py -p no:cacheprovider -x \
-  ${PYTEST_ARGS:-}
+  pytest -m compose tests/compose/test_release_story.py tests/compose/test_observability.py \
+  tests/compose/test_security.py -p no:cacheprovider -x ${PYTEST_ARGS:-} >/dev/null
+for network in "${CHECK_NETWORKS[@]:1}"; do
+  "$DOCKER" network connect "${PROJECT}_$network" "${PROJECT}-checks"
+done
+"$DOCKER" start --attach "${PROJECT}-checks"
+"$DOCKER" rm "${PROJECT}-checks" >/dev/null
 log "checks passed"

@@ -7,7 +7,7 @@ RUN apt-get update \
     && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends postgresql-15 \
     && rm -rf /var/lib/apt/lists/* \
     && mkdir -p /var/lib/postgresql/data /docker-entrypoint-initdb.d /var/run/postgresql \
-    && chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql
+    && chown -R postgres:postgres /var/lib/postgresql /var/run/postgresql && chmod 3777 /var/run/postgresql
 ENV PATH=/usr/lib/postgresql/15/bin:$PATH PGDATA=/var/lib/postgresql/data
 COPY postgres-entrypoint.sh /usr/local/bin/postgres-entrypoint
 USER postgres

@@ -103,6 +103,14 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("triton_gpus", "MODELOPS_TRITON_GPUS", rules.non_negative_int, "0",
             "GPUs each Triton server has (0: CPU only). A spec's instance_group kind auto becomes KIND_GPU where "
             "this is > 0, KIND_CPU otherwise; kind gpu is refused before Triton where it is 0.", example="1"),
+    Setting("triton_admin_key", "MODELOPS_TRITON_ADMIN_KEY", rules.text, "",
+            "Key of Triton's restricted model-repository API (sent as header admin-key on load, unload and "
+            "index calls); empty: MODELOPS_TRITON_ADMIN_KEY_FILE, else no header (an unrestricted Triton, as the "
+            "embedded stack's).", secret=True),
+    Setting("triton_admin_key_file", "MODELOPS_TRITON_ADMIN_KEY_FILE", rules.text, "",
+            "File holding the Triton admin key when MODELOPS_TRITON_ADMIN_KEY is empty (compose: written by init "
+            "into the triton-admin volume, mounted by its readers only).",
+            example="/etc/modelops/triton-admin/admin-key"),
     Setting("airflow_port", "MODELOPS_AIRFLOW_PORT", rules.port, "8380", "Port of the Airflow API server / UI."),
     Setting("airflow_worker_log_port", "MODELOPS_AIRFLOW_WORKER_LOG_PORT", rules.port, "8393",
             "Port of Airflow's worker log server."),
@@ -121,6 +129,13 @@ SETTINGS: tuple[Setting, ...] = (
             "uvicorn worker processes of the gateway."),
     Setting("spark_master", "MODELOPS_SPARK_MASTER", rules.text, "local[2]",
             "Spark master URL of the batch jobs.", example="spark://spark-master:7077"),
+    Setting("spark_auth_secret", "MODELOPS_SPARK_AUTH_SECRET", rules.text, "",
+            "Spark RPC authentication secret of a spark:// cluster (spark.authenticate, set on the driver's "
+            "session, never on a command line); empty: MODELOPS_SPARK_AUTH_SECRET_FILE, else no authentication.",
+            secret=True),
+    Setting("spark_auth_secret_file", "MODELOPS_SPARK_AUTH_SECRET_FILE", rules.text, "",
+            "File holding the Spark authentication secret when MODELOPS_SPARK_AUTH_SECRET is empty (compose: "
+            "written by init into the spark-auth volume).", example="/etc/modelops/spark-auth/secret"),
     Setting("spark_cluster_workers", "MODELOPS_SPARK_CLUSTER_WORKERS", rules.non_negative_int, "0",
             "Workers of a Spark standalone cluster the embedded stack starts (a master and this many workers "
             "from pyspark's spark-class; 0: none). Jobs use it with MODELOPS_SPARK_MASTER=spark://127.0.0.1:PORT.",
@@ -258,6 +273,8 @@ class Settings:
     triton_url: str
     triton_backend: str
     triton_gpus: int
+    triton_admin_key: str
+    triton_admin_key_file: str
     airflow_port: int
     airflow_worker_log_port: int
     airflow_trigger_log_port: int
@@ -268,6 +285,8 @@ class Settings:
     gateway_port: int
     gateway_workers: int
     spark_master: str
+    spark_auth_secret: str
+    spark_auth_secret_file: str
     spark_cluster_workers: int
     spark_cluster_port: int
     notify_urls: str

@@ -1,7 +1,7 @@
 """The platform's credentials: configured values win, else secrets generated once under HOME/secrets (0600).
 
-The object store's S3 keys, the Airflow admin and viewer passwords and the feedback secret are read
-here by whoever needs them (the object-store adapters, the Airflow client, the embedded stack that
+The object store's S3 keys, the Airflow admin and viewer passwords, the feedback secret and the Triton
+admin key are read here by whoever needs them (the object-store adapters, the Airflow client, the embedded stack that
 starts the services with them).
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from modelops.config import Settings
-from modelops.secretfiles import generated_secret
+from modelops.secretfiles import configured_secret, generated_secret
 
 
 def _generated(home: Path, name: str, make: Callable[[], str]) -> str:
@@ -57,3 +57,8 @@ def airflow_viewer_password(cfg: Settings) -> str:
 
 def feedback_secret(cfg: Settings) -> str:
     return cfg.feedback_secret or secret_file(cfg.home, "feedback-secret")
+
+
+def triton_admin_key(cfg: Settings) -> str:
+    """The key of Triton's restricted repository API (MODELOPS_TRITON_ADMIN_KEY or its file), or ``""``."""
+    return configured_secret(cfg.triton_admin_key, cfg.triton_admin_key_file)

@@ -63,3 +63,28 @@ def _address_key(address: str) -> tuple[int, ...]:
         return tuple(int(part) for part in address.split("."))
     except ValueError:
         return (1 << 16,)
+
+
+def address_toward(host: str, port: int) -> str:
+    """This machine's own IPv4 address on the route to ``host`` (a container on several networks has one
+    address per network; only the one on the network it shares with ``host`` is reachable from there).
+
+    A UDP ``connect`` only picks the route and the source address: no packet is sent.
+
+    Raises:
+        ConfigError: ``host`` does not resolve or no route leads to it.
+    """
+    try:
+        (address, *_) = resolve_ipv4(host, port)
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+            probe.connect((address, port))
+            return str(probe.getsockname()[0])
+    except (OSError, ValueError) as exc:
+        raise ConfigError(f"no route to {host}:{port} from this machine ({exc}): is it on a network this "
+                          f"service shares with {host}?") from exc
+
+
+if __name__ == "__main__":  # `python -m modelops.discovery HOST PORT`: the address toward HOST (shell scripts)
+    import sys
+
+    print(address_toward(sys.argv[1], int(sys.argv[2])))

@@ -133,6 +133,38 @@ class ObjectStore:
         except (ClientError, BotoCoreError) as exc:
             raise self._fail("list", prefix, exc) from exc
 
+    def get_with_etag(self, key: str) -> tuple[bytes | None, str | None]:
+        """The object and its ETag, or ``(None, None)`` when it does not exist (for :meth:`put_if`)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        try:
+            response = self.client.get_object(Bucket=self.bucket, Key=key)
+            return bytes(response["Body"].read()), str(response["ETag"])
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in {"404", "NoSuchKey", "NotFound"}:
+                return None, None
+            raise self._fail("get", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("get", key, exc) from exc
+
+    def put_if(self, key: str, data: bytes, etag: str | None, *, content_type: str = "application/json") -> bool:
+        """Write ``key`` only if it still has ``etag`` (None: only if it does not exist); False when another
+        writer changed it first (an atomic conditional PutObject: SeaweedFS and S3 honour it)."""
+        from botocore.exceptions import BotoCoreError, ClientError
+
+        condition = {"IfNoneMatch": "*"} if etag is None else {"IfMatch": etag}
+        try:
+            self.client.put_object(Bucket=self.bucket, Key=key, Body=data, ContentType=content_type, **condition)
+        except ClientError as exc:
+            code = str(exc.response.get("Error", {}).get("Code"))
+            status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+            if code in {"PreconditionFailed", "ConditionalRequestConflict", "NoSuchKey"} or status in {409, 412}:
+                return False
+            raise self._fail("conditional put", key, exc) from exc
+        except BotoCoreError as exc:
+            raise self._fail("conditional put", key, exc) from exc
+        return True
+
     def delete(self, key: str) -> None:
         from botocore.exceptions import BotoCoreError, ClientError
 

@@ -26,3 +26,16 @@ def generated_secret(path: Path, make: Callable[[], str] = lambda: secrets.token
         path.parent.mkdir(parents=True, exist_ok=True)
         write_private(path, make())
     return path.read_text().strip()
+
+
+def configured_secret(value: str, path: str) -> str:
+    """A secret configured by value, else read from the file ``path`` (stripped), else ``""``.
+
+    Read when asked (not cached), so a rotated file is picked up by the next client.
+
+    Raises:
+        OSError: ``path`` is named but cannot be read (a missing mount must not pass for "no secret").
+    """
+    if value:
+        return value
+    return Path(path).read_text().strip() if path else ""

@@ -8,7 +8,8 @@ import sys
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
-from modelops.config import settings
+from modelops.config import Settings, settings
+from modelops.secretfiles import configured_secret
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -38,7 +39,36 @@ def spark_session(app_name: str, master: str | None = None, *, shuffle_partition
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
         builder = builder.config("spark.driver.host", "127.0.0.1").config("spark.driver.bindAddress", "127.0.0.1")
+    for key, value in cluster_conf(master).items():
+        builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+def cluster_conf(master: str, cfg: Settings | None = None) -> dict[str, str]:
+    """The driver's settings for a standalone cluster (``spark://host:port``; nothing for other masters).
+
+    - the driver listens on, and advertises, its address on the route to the master: a container on
+      several networks (an Airflow worker of the compose topology) is reachable from the executors only
+      on the network it shares with the cluster;
+    - with a configured secret (MODELOPS_SPARK_AUTH_SECRET or its file) RPC authentication is on
+      (``spark.authenticate``): the master, its workers and every executor refuse a driver without it.
+      The secret goes into the session's conf here, never onto a command line.
+    """
+    if not master.startswith("spark://"):
+        return {}
+    from modelops.discovery import address_toward
+
+    cfg = cfg or settings()
+    conf: dict[str, str] = {}
+    if not os.environ.get("SPARK_LOCAL_IP"):
+        hostport = master[len("spark://"):].split(",")[0]
+        host, _, port = hostport.rpartition(":")
+        address = address_toward(host, int(port or 7077))
+        conf |= {"spark.driver.host": address, "spark.driver.bindAddress": address}
+    secret = configured_secret(cfg.spark_auth_secret, cfg.spark_auth_secret_file)
+    if secret:
+        conf |= {"spark.authenticate": "true", "spark.authenticate.secret": secret}
+    return conf
 
 
 @contextlib.contextmanager

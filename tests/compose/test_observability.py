@@ -67,11 +67,14 @@ def test_the_canary_read_its_windows_through_promql(prometheus: str, compose_set
 
 def test_every_scrape_target_is_up(prometheus: str) -> None:
     deadline = time.monotonic() + 45.0  # a scrape may time out on a loaded host: the next one counts
-    from modelops.discovery import resolve_ipv4
+    from tests.compose.engine import Engine
 
-    replicas = {f"{address}:8400" for address in resolve_ipv4("gateway", 8400)}
+    # Prometheus finds the replicas on the network it shares with them (serving); this container is on every
+    # network, so its own DNS answers may be other addresses of the same containers: ask the engine.
+    engine = Engine.from_env()
+    replicas = {f"{engine.address(c, 'serving')}:8400" for c in engine.containers("gateway")}
     assert len(replicas) == GATEWAY_REPLICAS, replicas
-    tritons = {f"{address}:8002" for address in resolve_ipv4("triton", 8002)}
+    tritons = {f"{engine.address(c, 'serving')}:8002" for c in engine.containers("triton")}
     assert len(tritons) == TRITON_REPLICAS, tritons
     down: list[str] = []
     while time.monotonic() < deadline:

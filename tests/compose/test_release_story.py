@@ -505,7 +505,12 @@ def test_feedback_join_runs_on_the_spark_cluster_and_publishes_ctr_cvr(
     # ... and its executors wrote the quarantine there (the Spark identity), the driver the results.
     keys = list(object_store.list_keys(f"metrics/ctr_cvr/dt={day}/"))
     assert any("/quarantine/part-" in k and k.endswith(".parquet") for k in keys), keys
-    document = json.loads(object_store.get_bytes(f"metrics/ctr_cvr/dt={day}/ctr_cvr.json"))
+    from modelops.feedback.outputs import current_prefix
+
+    # The JSON and the Parquet of one run (the output's pointer names the run's generation).
+    current = current_prefix(object_store, f"metrics/ctr_cvr/dt={day}")
+    assert current.startswith(f"metrics/ctr_cvr/dt={day}/g-"), current
+    document = json.loads(object_store.get_bytes(f"{current}/ctr_cvr.json"))
     rows = [r for r in document["by_version"] if r["model"] == MODEL and r["model_version"] == STORY["stable_tv"]]
     assert len(rows) == 1
     row = rows[0]
@@ -515,7 +520,7 @@ def test_feedback_join_runs_on_the_spark_cluster_and_publishes_ctr_cvr(
     # The same job on local[2] over the same inputs computes the same document.
     local = f"_compose/local-fb-{uuid.uuid4().hex[:6]}"
     _local_rerun(args, f"s3://{compose_settings.bucket}/{local}")
-    _same_numbers(document, json.loads(object_store.get_bytes(f"{local}/ctr_cvr.json")))
+    _same_numbers(document, json.loads(object_store.get_bytes(f"{current_prefix(object_store, local)}/ctr_cvr.json")))
 
 
 def test_nightly_drift_runs_on_the_spark_cluster_and_reports_the_drift(

@@ -27,6 +27,7 @@ from modelops.errors import ModelopsError
 from modelops.features import DEFAULT_FEATURES_FILE, load_features
 from modelops.feedback.definitions import result_document, utc
 from modelops.feedback.job import run_feedback_join
+from modelops.feedback.outputs import POINTER_NAME, current_location, current_prefix
 from modelops.feedback.reference import reference_join
 from modelops.objectstore import ObjectStore
 from tests.spark.test_drift_job import DRIFTED, ROWS, _scipy, _side, _write
@@ -82,7 +83,7 @@ def test_feedback_job_reads_and_writes_the_store_and_equals_the_reference(
     hours = sorted({object_store.uri(k.rsplit("/", 1)[0]) for k in pred_keys})
     events_uri = object_store.uri(f"{prefix}/events")
     out = object_store.uri(f"{prefix}/out")
-    # What an earlier run of the window left: this run replaces it as a whole.
+    # What an earlier run of the window left (the flat layout from before the pointer): this run replaces it.
     stale = f"{prefix}/out/quarantine/part-0123456789ab-00000.parquet"
     object_store.put_bytes(stale, b"an earlier run's quarantine")
     object_store.put_bytes(f"{prefix}/out/ctr_cvr.json", b"{}")
@@ -91,23 +92,27 @@ def test_feedback_job_reads_and_writes_the_store_and_equals_the_reference(
 
     assert first.rows == expected.rows
     assert first.rejected == expected.rejected and all(expected.rejected.values())
-    document = json.loads(object_store.get_bytes(f"{prefix}/out/ctr_cvr.json"))
+    current = current_prefix(object_store, f"{prefix}/out")  # the run's generation, through the pointer
+    document = json.loads(object_store.get_bytes(f"{current}/ctr_cvr.json"))
     assert document == first.document == json.loads(json.dumps(result_document(
         start=START, end=END, window_hours=window_hours, rows=expected.rows, rejected=expected.rejected)))
-    assert first.json_path == f"{out}/ctr_cvr.json"
-    assert _table(f"{out}/ctr_cvr.parquet") == document["by_version"]
+    assert first.json_path == object_store.uri(f"{current}/ctr_cvr.json") == f"{current_location(out)}/ctr_cvr.json"
+    assert _table(first.parquet_path) == document["by_version"]
     expected_quarantine = Counter((e.feedback_token, e.action, e.ts, e.received_at, r.value)
                                   for e, r in expected.quarantine)
 
     def quarantine() -> Counter[tuple[object, ...]]:
         return Counter((r["feedback_token"], r["action"], r["ts"] and utc(r["ts"]),  # type: ignore[arg-type]
                         r["received_at"] and utc(r["received_at"]), r["reason"])  # type: ignore[arg-type]
-                       for r in _table(f"{out}/quarantine"))
+                       for r in _table(first.quarantine_path))
 
     assert quarantine() == expected_quarantine
     keys = set(object_store.list_keys(f"{prefix}/out/"))
     assert stale not in keys and len({k.rsplit("-", 1)[0] for k in keys if "/quarantine/" in k}) == 1, keys
-    assert {k.split("/out/", 1)[1].split("/", 1)[0] for k in keys} == {"ctr_cvr.json", "ctr_cvr.parquet", "quarantine"}
+    generation = current.rsplit("/", 1)[1]
+    assert {k.split("/out/", 1)[1].split("/", 1)[0] for k in keys} == {POINTER_NAME, generation}
+    assert {k.split(f"{generation}/", 1)[1].split("/", 1)[0] for k in keys if f"/{generation}/" in k} == {
+        "ctr_cvr.json", "ctr_cvr.parquet", "quarantine"}
 
     # A prefix holding other objects is not the job's to replace.
     object_store.put_bytes(f"{prefix}/foreign/notes.txt", b"keep me")

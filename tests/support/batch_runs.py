@@ -146,11 +146,16 @@ def run_batch_story(cfg: Settings, store: ObjectStore, airflow: AirflowClient, m
     wait_logs(store, f"logs/predictions/dt={runs.day}/", ok)
     wait_logs(store, f"logs/feedback/dt={runs.day}/", sum(report.feedback.values()))
     runs.feedback_report = report
-    key = f"metrics/ctr_cvr/dt={runs.day}/ctr_cvr.json"
+    from modelops.feedback.outputs import current_prefix
+
+    def document() -> dict[str, Any]:  # the current run's ctr_cvr.json, through the output's pointer
+        current = current_prefix(store, f"metrics/ctr_cvr/dt={runs.day}")
+        return dict(json.loads(store.get_bytes(f"{current}/ctr_cvr.json")))
+
     _run(airflow, "feedback_join", {"window_hours": 0.003}, "test-fb", 480)
-    runs.feedback_document = json.loads(store.get_bytes(key))
+    runs.feedback_document = document()
     _run(airflow, "feedback_join", {"window_hours": 0.003}, "test-fb", 480)
-    runs.feedback_rerun_document = json.loads(store.get_bytes(key))
+    runs.feedback_rerun_document = document()
 
     # nightly_drift, first run of the launch day: the day's samples so far become the baseline.
     samples = f"logs/scored_samples/dt={runs.day}/"

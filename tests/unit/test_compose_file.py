@@ -32,8 +32,11 @@ ENV_EXAMPLE = PROJECT_ROOT / ".env.example"
 PUBLISHED = {"gateway-lb": 8400, "airflow-api-server": 8080, "mlflow": 5000, "grafana": 3000}
 FERNET = "q3Tq3vCIKyi_yy1UnY8xkGl2Z0Gsw4jEjQ3b2cQ3mXI="
 # The volumes init writes generated secrets into, and the only services that read each one.
+# (The scaler reads triton-admin too: it runs with the `scaling` profile, tests/unit/test_compose_scaler.py.)
 SECRET_READERS = {"objectstore-config": {"objectstore"}, "mlflow-config": {"mlflow"},
-                  "airflow-auth": {"airflow-api-server"}}
+                  "airflow-auth": {"airflow-api-server"},
+                  "triton-admin": {"triton", "airflow-worker", "reconciler"},
+                  "spark-auth": {"spark-master", "spark-worker", "airflow-worker"}}
 IDENTITIES = ("ADMIN", "AIRFLOW", "MLFLOW", "GATEWAY", "TRITON", "SPARK")
 
 
@@ -110,6 +113,18 @@ def test_the_spark_executors_read_the_bucket_and_write_only_the_feedback_output(
     assert SPARK_WRITES == METRICS_PREFIX
 
 
+def test_the_gateways_write_only_their_event_logs() -> None:
+    from modelops.deploy.preflight import GATEWAY_WRITES
+    from modelops.records import LOG_PREFIXES
+
+    env = {f"S3_{who}_{kind}_KEY": f"{who.lower()}-{kind.lower()}"
+           for who in IDENTITIES for kind in ("ACCESS", "SECRET")}
+    doc = s3_identities_doc(env, "modelops", "mlflow")
+    gateway = next(i for i in doc["identities"] if i["name"] == "gateway")  # type: ignore[union-attr]
+    assert gateway["actions"] == ["Read:modelops", "List:modelops", "Write:modelops/logs/*"]
+    assert all(prefix.startswith(f"{GATEWAY_WRITES}/") for prefix in LOG_PREFIXES.values())
+
+
 def test_generated_secrets_are_mounted_only_where_they_are_read(production: dict) -> None:
     """Each generated config (identities of every object-store user, MLflow's database URI, the Airflow admin's
     password) has a volume of its own, mounted by init (which writes it) and its one reader; no other service."""
@@ -122,11 +137,13 @@ def test_generated_secrets_are_mounted_only_where_they_are_read(production: dict
             if name != "init" and mount.get("source") in SECRET_READERS:
                 mounted[mount["source"]].add(name)
     assert mounted == SECRET_READERS
-    for volume in ("objectstore-config", "mlflow-config"):
-        reader = next(iter(SECRET_READERS[volume]))
-        assert all(m.get("read_only") for m in services[reader]["volumes"] if m.get("source") == volume), reader
-    # Nothing is shared between the batch drivers and the Spark workers but the object store.
-    assert not services["spark-worker"].get("volumes")
+    for volume in ("objectstore-config", "mlflow-config", "triton-admin", "spark-auth"):
+        for reader in SECRET_READERS[volume]:
+            assert all(m.get("read_only") for m in services[reader]["volumes"] if m.get("source") == volume), reader
+    # Nothing is shared between the batch drivers and the Spark workers but the object store (and the secret
+    # both sides authenticate with): the workers' other volumes are anonymous, one per replica.
+    worker_volumes = services["spark-worker"]["volumes"]
+    assert {m.get("source") for m in worker_volumes if m["type"] == "volume" and m.get("source")} == {"spark-auth"}
 
 
 def test_images_build_from_the_project_dockerfile(production: dict) -> None:
@@ -194,7 +211,7 @@ def test_airflow_runs_on_celery_workers_and_spark_on_a_two_worker_cluster(produc
         env = services[name]["environment"]
         assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
         assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://:change-me-redis@redis:6379/"), name
-        assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://modelops:"), name
+        assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://airflow:"), name
     assert services["airflow-worker"]["command"] == ["airflow", "celery", "worker"]
     assert services["airflow-worker"]["deploy"]["replicas"] == 2
     assert services["spark-worker"]["deploy"]["replicas"] == 2

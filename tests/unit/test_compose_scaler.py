@@ -44,3 +44,7 @@ def test_the_scaler_is_off_unless_its_profile_is_enabled(tmp_path: Path) -> None
     assert "scaler.status.json" in " ".join(scaler["healthcheck"]["test"])
     assert scaler["restart"] == "unless-stopped"
     assert any(v["target"] == "/var/lib/modelops" and v["source"] == "scaler-state" for v in scaler["volumes"])
+    # it loads and unloads through Triton's restricted repository API: the admin key, read-only, on serving
+    assert any(v.get("source") == "triton-admin" and v.get("read_only") for v in scaler["volumes"])
+    assert env["MODELOPS_TRITON_ADMIN_KEY_FILE"] == "/etc/modelops/triton-admin/admin-key"
+    assert set(scaler["networks"]) == {"serving", "data"}

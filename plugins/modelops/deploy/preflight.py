@@ -1,8 +1,8 @@
 """The production topology's init step: refuse placeholder secrets, then write the generated configs.
 
 ``python -m modelops.deploy.preflight --env-example FILE --objectstore-config DIR --mlflow-config DIR
---airflow-auth DIR`` (the compose file's ``init`` service) reads every secret named in :data:`SECRETS`
-from the environment and fails, naming the variable, when one is empty, still holds its
+--airflow-auth DIR --triton-admin DIR --spark-auth DIR`` (the compose file's ``init`` service) reads every
+secret named in :data:`SECRETS` from the environment and fails, naming the variable, when one is empty, still holds its
 ``.env.example`` placeholder, or breaks its rule (the Fernet key must be 32 url-safe base64 bytes).
 It then writes, from the same variables, each file into the folder (a volume of its own) that only
 its reader mounts:
@@ -11,7 +11,11 @@ its reader mounts:
   service (Triton read-only, the Spark executors read-only but for the feedback quarantine),
 - ``mlflow-auth.ini`` in ``--mlflow-config``: the MLflow basic-auth app's configuration (user store
   in PostgreSQL, its password inside),
-- ``passwords.json`` in ``--airflow-auth``: the Airflow admin's password file.
+- ``passwords.json`` in ``--airflow-auth``: the Airflow admin's password file,
+- ``admin-key`` in ``--triton-admin``: the key of Triton's restricted repository API (Triton, the
+  publisher, the reconciler and the scaler mount it),
+- ``secret`` in ``--spark-auth``: Spark's RPC authentication secret (the master, the workers and the
+  drivers in the Airflow workers mount it).
 
 :data:`CONFIG_FILES` says which file goes where; the structure test checks that no service mounts
 a generated-secrets volume it does not read.
@@ -41,6 +45,8 @@ GROUP_READABLE = 0o640
 #: The variables that must hold a real secret, and what a valid value looks like.
 SECRETS: tuple[str, ...] = (
     "POSTGRES_PASSWORD",
+    "POSTGRES_AIRFLOW_PASSWORD",
+    "POSTGRES_MLFLOW_PASSWORD",
     "AIRFLOW_ADMIN_PASSWORD",
     "AIRFLOW_JWT_SECRET",
     "AIRFLOW_API_SECRET_KEY",
@@ -57,10 +63,13 @@ SECRETS: tuple[str, ...] = (
     "S3_TRITON_SECRET_KEY",
     "S3_SPARK_SECRET_KEY",
     "REDIS_PASSWORD",
+    "TRITON_ADMIN_KEY",
+    "SPARK_AUTH_SECRET",
 )
 MIN_SECRET_LENGTH = 12
-#: Secrets that stand in a URL as they are (the Celery broker URL ``redis://:PASSWORD@redis:6379/0``).
-URL_SECRETS = frozenset({"REDIS_PASSWORD"})
+#: Secrets that stand in a URL or a flag as they are (the Celery broker URL ``redis://:PASSWORD@redis:6379/0``,
+#: the database URLs, Triton's ``--http-restricted-api=APIS:admin-key=KEY``).
+URL_SECRETS = frozenset({"REDIS_PASSWORD", "POSTGRES_AIRFLOW_PASSWORD", "POSTGRES_MLFLOW_PASSWORD", "TRITON_ADMIN_KEY"})
 _URL_SAFE = re.compile(r"[A-Za-z0-9_~.-]+")
 GENERATE_HINT = 'python3 -c "import secrets; print(secrets.token_urlsafe(32))"'
 FERNET_HINT = 'python3 -c "import base64, os; print(base64.urlsafe_b64encode(os.urandom(32)).decode())"'
@@ -78,12 +87,17 @@ class Identity:
 
 #: The feedback job's output: the only prefix the Spark executors write (its quarantine objects).
 SPARK_WRITES = "metrics/ctr_cvr"
+#: The event logs (modelops.records.LOG_PREFIXES): the only prefix the gateways write. A compromised gateway
+#: reads routes, repositories and feature tables but cannot rewrite them.
+GATEWAY_WRITES = "logs"
 
 #: The generated config files by the folder (and compose volume) they are written to, and who mounts it.
 CONFIG_FILES: dict[str, tuple[str, ...]] = {
     "objectstore-config": ("s3-identities.json",),
     "mlflow-config": ("mlflow-auth.ini",),
     "airflow-auth": ("passwords.json",),
+    "triton-admin": ("admin-key",),
+    "spark-auth": ("secret",),
 }
 
 
@@ -91,7 +105,8 @@ def identities(bucket: str, mlflow_bucket: str) -> tuple[Identity, ...]:
     """Per-service object-store identities: only the admin may create buckets; Triton only reads.
 
     The Spark executors read the platform bucket (logs, baselines, the drift job's inputs) and
-    write only under :data:`SPARK_WRITES` (SeaweedFS prefix grants: ``Write:bucket/prefix/*``).
+    write only under :data:`SPARK_WRITES`, the gateways only under :data:`GATEWAY_WRITES` (SeaweedFS
+    prefix grants: ``Write:bucket/prefix/*``).
     """
     rw = ("Read", "Write", "List", "Tagging")
     return (
@@ -99,7 +114,8 @@ def identities(bucket: str, mlflow_bucket: str) -> tuple[Identity, ...]:
         Identity("airflow", "S3_AIRFLOW_ACCESS_KEY", "S3_AIRFLOW_SECRET_KEY",
                  tuple(f"{a}:{b}" for b in (bucket, mlflow_bucket) for a in rw)),
         Identity("mlflow", "S3_MLFLOW_ACCESS_KEY", "S3_MLFLOW_SECRET_KEY", tuple(f"{a}:{mlflow_bucket}" for a in rw)),
-        Identity("gateway", "S3_GATEWAY_ACCESS_KEY", "S3_GATEWAY_SECRET_KEY", tuple(f"{a}:{bucket}" for a in rw)),
+        Identity("gateway", "S3_GATEWAY_ACCESS_KEY", "S3_GATEWAY_SECRET_KEY",
+                 (f"Read:{bucket}", f"List:{bucket}", f"Write:{bucket}/{GATEWAY_WRITES}/*")),
         Identity("triton", "S3_TRITON_ACCESS_KEY", "S3_TRITON_SECRET_KEY", (f"Read:{bucket}", f"List:{bucket}")),
         Identity("spark", "S3_SPARK_ACCESS_KEY", "S3_SPARK_SECRET_KEY",
                  (f"Read:{bucket}", f"List:{bucket}", f"Write:{bucket}/{SPARK_WRITES}/*")),
@@ -192,6 +208,10 @@ def main(argv: list[str] | None = None) -> int:
                         help="directory for mlflow-auth.ini (mounted by MLflow only)")
     parser.add_argument("--airflow-auth", type=Path, required=True,
                         help="directory for Airflow's password file (Airflow opens it read-write)")
+    parser.add_argument("--triton-admin", type=Path, required=True,
+                        help="directory for Triton's admin key (Triton, the publisher, reconciler and scaler mount it)")
+    parser.add_argument("--spark-auth", type=Path, required=True,
+                        help="directory for Spark's authentication secret (the Spark daemons and drivers mount it)")
     args = parser.parse_args(argv)
     env = dict(os.environ)
     try:
@@ -201,7 +221,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     bucket = env.get("MODELOPS_BUCKET", "modelops")
     mlflow_bucket = env.get("MODELOPS_MLFLOW_BUCKET", "mlflow")
-    for folder in (args.objectstore_config, args.mlflow_config, args.airflow_auth):
+    for folder in (args.objectstore_config, args.mlflow_config, args.airflow_auth, args.triton_admin, args.spark_auth):
         folder.mkdir(parents=True, exist_ok=True)
     write_private(args.objectstore_config / "s3-identities.json",
                   json.dumps(s3_identities_doc(env, bucket, mlflow_bucket)), mode=GROUP_READABLE)
@@ -210,8 +230,10 @@ def main(argv: list[str] | None = None) -> int:
     write_private(args.airflow_auth / "passwords.json",
                   json.dumps({env.get("MODELOPS_AIRFLOW_USER", "admin"): env["AIRFLOW_ADMIN_PASSWORD"]}),
                   mode=GROUP_READABLE)
-    print(f"secrets checked; configs written to {args.objectstore_config}, {args.mlflow_config} "
-          f"and {args.airflow_auth}")
+    write_private(args.triton_admin / "admin-key", env["TRITON_ADMIN_KEY"], mode=GROUP_READABLE)
+    write_private(args.spark_auth / "secret", env["SPARK_AUTH_SECRET"], mode=GROUP_READABLE)
+    print(f"secrets checked; configs written to {args.objectstore_config}, {args.mlflow_config}, "
+          f"{args.airflow_auth}, {args.triton_admin} and {args.spark_auth}")
     return 0
 
 

@@ -121,7 +121,9 @@ def run_feedback_join(
         start: inclusive start of the window (naive means UTC).
         end: exclusive end of the window.
         out_dir: local folder or ``s3://bucket/prefix`` that will hold ``ctr_cvr.json``,
-            ``ctr_cvr.parquet`` and ``quarantine/`` (replaced as a whole on a re-run).
+            ``ctr_cvr.parquet`` and ``quarantine/`` (replaced as a whole on a re-run; in the object
+            store under a generation the pointer ``_current.json`` names: see
+            :mod:`modelops.feedback.outputs`).
         window_hours: how long after its prediction an event still counts.
         master: Spark master URL; ``MODELOPS_SPARK_MASTER`` when omitted.
         spark: an existing session to use instead of creating one (tests, benchmarks).
@@ -166,9 +168,9 @@ def run_feedback_join(
         rejected=rejected,
         document=document,
         out_dir=output.root,
-        json_path=output.location(JSON_NAME),
-        parquet_path=output.location(PARQUET_NAME),
-        quarantine_path=output.location(QUARANTINE_NAME),
+        json_path=writer.location(JSON_NAME),
+        parquet_path=writer.location(PARQUET_NAME),
+        quarantine_path=writer.location(QUARANTINE_NAME),
     )
 
 

@@ -61,9 +61,11 @@ def submit_args(located: dict[str, Any], window_hours: float, master: str) -> li
 
 def publish(day: str) -> dict[str, Any]:
     """Read the day's results the job wrote to ``metrics/ctr_cvr/dt=D/`` and log CTR / CVR to MLflow per version."""
+    from modelops.feedback.outputs import JSON_NAME, current_prefix
+
     store = ObjectStore.from_settings()
-    prefix = output_prefix(day)
-    document = json.loads(store.get_bytes(f"{prefix}/ctr_cvr.json"))
+    prefix = current_prefix(store, output_prefix(day))  # the JSON and the Parquet of one run, never a mix
+    document = json.loads(store.get_bytes(f"{prefix}/{JSON_NAME}"))
     files = sum(1 for _ in store.list_keys(prefix + "/"))
     logged = log_to_mlflow(day, document["by_version"])
     pushed = _push_metrics(day, document)

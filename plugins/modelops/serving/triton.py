@@ -2,6 +2,11 @@
 
 Every failure (connection, HTTP status, malformed answer) becomes
 :class:`~modelops.errors.ServingError` naming the call and Triton's own message.
+
+A production Triton restricts its model-repository API (``--http-restricted-api=model-repository:
+admin-key=KEY``, docker/triton-serve.sh): the repository calls (index, load, unload) carry the header
+:data:`ADMIN_HEADER` with the configured key (MODELOPS_TRITON_ADMIN_KEY or its file); inference,
+health, metadata and statistics never do.
 """
 
 from __future__ import annotations
@@ -17,9 +22,13 @@ import numpy.typing as npt
 import requests
 
 from modelops.config import Settings, settings
+from modelops.credentials import triton_admin_key
 from modelops.errors import ServingError
 
 Array = npt.NDArray[Any]
+
+ADMIN_HEADER = "admin-key"
+"""The header Triton's restricted repository API checks (the key of ``--http-restricted-api``)."""
 
 _NP_TO_TRITON: dict[np.dtype[Any], str] = {
     np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64", np.dtype(np.int64): "INT64",
@@ -46,6 +55,8 @@ class TritonClient:
     timeout_s: float = 10.0
     load_timeout_s: float = 120.0
     headers: Mapping[str, str] = field(default_factory=dict)
+    admin_key: str | None = None
+    """Key of the restricted repository API: None reads the configured one when first needed, "" sends none."""
 
     @classmethod
     def from_settings(cls, cfg: Settings | None = None) -> TritonClient:
@@ -58,11 +69,21 @@ class TritonClient:
         session.headers.update(dict(self.headers))
         return session
 
+    @cached_property
+    def _admin_headers(self) -> dict[str, str]:
+        try:
+            key = triton_admin_key(settings()) if self.admin_key is None else self.admin_key
+        except OSError as exc:
+            raise ServingError(f"Triton admin key: {exc} (MODELOPS_TRITON_ADMIN_KEY_FILE)") from exc
+        return {ADMIN_HEADER: key} if key else {}
+
     def _call(self, method: str, path: str, *, body: Any = None, timeout: float | None = None,
-              ok: tuple[int, ...] = (200,)) -> requests.Response:
+              ok: tuple[int, ...] = (200,), admin: bool = False) -> requests.Response:
         url = f"{self.base_url.rstrip('/')}{path}"
         try:
-            response = self.session.request(method, url, json=body, timeout=timeout or self.timeout_s)
+            headers = self._admin_headers if admin else None
+            response = self.session.request(method, url, json=body, timeout=timeout or self.timeout_s,
+                                            headers=headers)
         except requests.RequestException as exc:
             raise ServingError(f"Triton {method} {url}: {exc}") from exc
         if response.status_code not in ok:
@@ -86,7 +107,7 @@ class TritonClient:
 
     # -- repository -----------------------------------------------------------------------
     def repository_index(self) -> list[ModelState]:
-        rows = self._json(self._call("POST", "/v2/repository/index", body={}))
+        rows = self._json(self._call("POST", "/v2/repository/index", body={}, admin=True))
         if not isinstance(rows, list):
             raise ServingError(f"Triton repository index: expected a list, got {type(rows).__name__}")
         return [
@@ -107,10 +128,12 @@ class TritonClient:
         body: dict[str, Any] = {}
         if config is not None:
             body = {"parameters": {"config": json.dumps(config)}}
-        self._call("POST", f"/v2/repository/models/{model}/load", body=body, timeout=self.load_timeout_s)
+        self._call("POST", f"/v2/repository/models/{model}/load", body=body, timeout=self.load_timeout_s,
+                   admin=True)
 
     def unload(self, model: str) -> None:
-        self._call("POST", f"/v2/repository/models/{model}/unload", body={}, timeout=self.load_timeout_s)
+        self._call("POST", f"/v2/repository/models/{model}/unload", body={}, timeout=self.load_timeout_s,
+                   admin=True)
 
     def model_config(self, model: str, version: int | None = None) -> dict[str, Any]:
         """The config Triton uses for ``model`` (of one loaded ``version`` when given)."""
