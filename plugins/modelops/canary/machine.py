@@ -55,23 +55,23 @@ from modelops.canary.actions import (
     PauseCommand,
     Promote,
     PromotionApplied,
-    SetShadow,
     RequestApproval,
     ResumeCommand,
     Rollback,
     RollbackApplied,
+    SetShadow,
     SetWeight,
 )
 from modelops.canary.gates import Analysis, Verdict, baseline_of, evaluate
 from modelops.canary.measurement import Measurement
 from modelops.canary.sequential import ErrorEvidence
-from modelops.canary.shadow import ShadowEvidence, approvable, decisive, evaluate_shadow, shadow_errors
+from modelops.canary.shadow import approvable, decisive, evaluate_shadow, shadow_errors
 from modelops.canary.spec import CanarySpec
 from modelops.canary.status import CanaryStatus, Phase, Transition
 
 Outcome = tuple[CanaryStatus, tuple[Action, ...]]
 
-ANALYSING = frozenset({Phase.SHADOW, Phase.PROGRESSING, Phase.WAITING_APPROVAL})  # the phases whose windows are analysed
+ANALYSING = frozenset({Phase.SHADOW, Phase.PROGRESSING, Phase.WAITING_APPROVAL})  # phases whose windows are analysed
 _INCIDENT = "incident, not the canary's fault: "
 AUTO_RESUMES = 2
 """Incidents a release resumes from by itself; the next one keeps it paused for a person (a canary that

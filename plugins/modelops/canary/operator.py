@@ -36,6 +36,14 @@ from modelops.canary.params import spec_from_params
 from modelops.canary.recording import record_first_release, record_release, responder
 from modelops.canary.runner import Release, Runner, VersionRef
 from modelops.canary.sequential import detection_warnings
+from modelops.canary.shadow_stage import (
+    PREVIOUS_STAGE,
+    SHADOW_APPROVAL_TASK,
+    in_shadow,
+    model_overrides,
+    skip_shadow,
+    with_shadow,
+)
 from modelops.canary.spec import CanarySpec, traffic_warnings
 from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
@@ -167,7 +175,8 @@ class CanaryOperator(BaseOperator):
     template_fields = ("candidate", "published")
     ui_color = "#f0e4ff"
 
-    def __init__(self, *, candidate: Any, published: Any, stage: Literal["to_approval", "finish"] = "to_approval",
+    def __init__(self, *, candidate: Any, published: Any,
+                 stage: Literal["shadow", "to_approval", "finish"] = "to_approval",
                  gateway_urls: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.candidate = candidate
@@ -177,13 +186,16 @@ class CanaryOperator(BaseOperator):
 
     # ---------------------------------------------------------------- Airflow entry points
     def execute(self, context: Any) -> dict[str, Any]:
-        if self.stage == "finish":
-            before = context["ti"].xcom_pull(task_ids="canary_to_approval") or {}
+        previous = PREVIOUS_STAGE.get(self.stage)
+        if previous is not None:
+            before = context["ti"].xcom_pull(task_ids=previous) or {}
             if before.get("phase") in {p.value for p in Phase if p.terminal}:
-                self.log.info("the release already ended in canary_to_approval: %s", before.get("phase"))
+                self.log.info("the release already ended in %s: %s", previous, before.get("phase"))
                 return dict(before)
-        spec = spec_from_params(context["params"])
+        spec = spec_from_params(context["params"], model_overrides(self.published))
         wiring = wire(self.candidate, self.published, spec, self.gateway_urls)
+        if self.stage == "shadow":
+            skip_shadow(spec, wiring)  # no shadow phase asked for, or a first release: the next stage goes on
         if wiring.runner is None:
             # A retried try of a release that already ended (promoted: the routes now serve the canary
             # as the stable version) ends from its checkpoint, not as a first release.
@@ -214,6 +226,8 @@ class CanaryOperator(BaseOperator):
         control = None
         if self.stage == "finish":
             status, control = self._approve(context, runner, status)
+        elif self.stage == "to_approval" and status.approval_for == "shadow":  # answered by approve_shadow
+            status, control = self._approve(context, runner, status, SHADOW_APPROVAL_TASK)
         record_release(context, wiring, self.candidate, status, control=control, log=self.log)
         if status.phase is Phase.PAUSED:  # a retried or resumed try of a paused release says so again
             note_progress(context, status, self.log)
@@ -223,7 +237,7 @@ class CanaryOperator(BaseOperator):
                        opened: Mapping[str, Any] | None = None,
                        release: Mapping[str, Any] | None = None) -> dict[str, Any]:
         now = time.time()
-        spec = spec_from_params(context["params"])
+        spec = spec_from_params(context["params"], model_overrides(self.published))
         wiring = wire(self.candidate, self.published, spec, self.gateway_urls, release)
         if wiring.runner is None:
             raise AirflowFailException(f"canary {wiring.model} v{wiring.canary_version}: routes changed under the "
@@ -231,18 +245,20 @@ class CanaryOperator(BaseOperator):
         runner = wiring.runner
         r = runner.release
         closed = (event or {}).get("closed")
+        end = closed
         m = None
-        if opened is not None and closed is not None:  # closed on time by the trigger
+        if opened is not None and end is None:  # the window ends now: its marker before anything touches the clock
+            end = wiring.source.open_window(wiring.model, time.time())
+        if opened is not None and end is not None:  # closed on time by the trigger, or now by the worker
             m = wiring.source.measure_between(wiring.model, r.stable.triton_version, r.canary.triton_version,
-                                              opened, closed)
-        elif opened is not None:  # the window ends now: measure before anything else touches the clock
-            m = wiring.source.measure(wiring.model, r.stable.triton_version, r.canary.triton_version, opened,
-                                      time.time())
+                                              opened, end)
         self.log.info("window [%s] analysed %.1f s after the trigger fired",
                       ("closed early by the error test" if (event or {}).get("early") else "closed by the trigger")
                       if closed is not None else "closed by the worker",
                       now - float((event or {}).get("fired_at", now)))
         status = runner.resume()
+        if m is not None and opened is not None and end is not None and in_shadow(status):  # its mirrored answers
+            m = with_shadow(wiring.source, m, wiring.model, r.canary.triton_version, opened, end)
         before = status.phase
         status, control = apply_control(wiring, status, self.log)
         window = None
@@ -264,12 +280,14 @@ class CanaryOperator(BaseOperator):
         return self._next(context, wiring, status, opened=closed)
 
     # ---------------------------------------------------------------- internals
-    def _approve(self, context: Any, runner: Runner, status: CanaryStatus) -> tuple[CanaryStatus, Any]:
-        """Apply the approval; returns the status and the cockpit's record of who approved (or None)."""
+    def _approve(self, context: Any, runner: Runner, status: CanaryStatus,
+                 task: str = "approve_full_rollout") -> tuple[CanaryStatus, Any]:
+        """Apply the approval ``task`` answered; returns the status and the cockpit's record of who approved."""
         from modelops.canary.record import Control
 
-        if status.phase in (Phase.WAITING_APPROVAL, Phase.PAUSED, Phase.PROGRESSING) and not status.approved:
-            answer = context["ti"].xcom_pull(task_ids="approve_full_rollout", key="return_value")
+        pending = task == SHADOW_APPROVAL_TASK or not status.approved  # the shadow's is asked before users see it
+        if status.phase in (Phase.WAITING_APPROVAL, Phase.PAUSED, Phase.PROGRESSING) and pending:
+            answer = context["ti"].xcom_pull(task_ids=task, key="return_value")
             by, at = responder(answer)
             self.log.info("canary: approved by %s", by)
             status = runner.handle(ApproveCommand(by=by))
@@ -281,11 +299,15 @@ class CanaryOperator(BaseOperator):
         """End, return for approval, or defer to the next window (opened by ``opened`` when contiguous)."""
         if status.phase.terminal:
             return self._finish(context, status)
+        if self.stage == "shadow" and not in_shadow(status):  # on to the steps, or the shadow's approval
+            self.log.info("canary %s v%d: the shadow phase ended: %s", wiring.model, wiring.canary_version,
+                          status.phase.value)
+            return summary_dict(status)
         if status.phase is Phase.WAITING_APPROVAL and self.stage == "to_approval":
             self.log.info("canary %s v%d waits for approval at %.0f%%", wiring.model, wiring.canary_version,
                           status.weight * 100)
             return summary_dict(status)
-        spec = spec_from_params(context["params"])
+        spec = spec_from_params(context["params"], model_overrides(self.published))
         if opened is None:
             opened = wiring.source.open_window(wiring.model, time.time())
         release = wiring.runner.release if wiring.runner is not None else None

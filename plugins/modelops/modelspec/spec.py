@@ -41,6 +41,9 @@ Fields (JSON keys; defaults in brackets):
   ``kind`` one of ``binary``, ``multiclass``, ``numeric`` and ``delay_s`` the expected delay of the
   ground truth in seconds.
 * ``source``: where the model came from: ``model_uri`` [""] (example: ``models:/churn/3``), ``run_id`` [""].
+* ``canary`` [absent]: canary spec fields for this model's releases (``modelops.canary.spec``), replacing
+  the defaults a release param left as they are (example: ``{shadow: true, shadow_max_delta_p95: 0.2}``:
+  a retrained model may move its answers this much in shadow); absent, the spec's JSON is unchanged.
 """
 
 from __future__ import annotations
@@ -159,6 +162,8 @@ class ModelSpec(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
     source: Source = msgspec.field(default_factory=Source)
     backend: str | None = None
     schema_version: int = SPEC_SCHEMA_VERSION
+    canary: dict[str, bool | int | float | str | list[float]] | msgspec.UnsetType = msgspec.UNSET
+    """Release (canary spec) overrides; UNSET is left out of the JSON, so specs without any keep their bytes."""
 
     def __post_init__(self) -> None:
         problems = spec_problems(self)
@@ -324,6 +329,9 @@ def spec_problems(spec: ModelSpec) -> list[str]:
     if name_problem:
         problems.append(name_problem)
     problems += _one_of("flavor", spec.flavor, FLAVORS)
+    if isinstance(spec.canary, dict):
+        problems += [f"canary.{key}: not a canary spec field name (example: shadow_max_delta_p95)"
+                     for key in spec.canary if not key.isidentifier()]
     if spec.flavor == "triton" and not spec.backend:
         problems.append('backend: a triton-flavor model must name its Triton backend (example: "onnxruntime")')
     batched = spec.tuning.max_batch_size > 0
