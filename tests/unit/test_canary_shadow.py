@@ -234,3 +234,53 @@ def test_spec_rules_and_model_spec_overrides() -> None:
     assert spec.shadow_max_delta_p95 == 0.3  # a param set to another value wins
     with pytest.raises(ConfigError, match="unknown"):
         spec_from_params({}, {"no_such_field": 1})
+
+
+# ------------------------------------------------------------------ reading the gateway's shadow series
+def test_the_shadow_window_from_scraped_series_and_its_promql() -> None:
+    from modelops.canary.shadow_source import from_series, promql
+
+    def key(name: str, **labels: str) -> tuple[str, tuple[tuple[str, str], ...]]:
+        return name, tuple(sorted({"model": "m", "version": "4", **labels}.items()))
+
+    gateway_a = {key("modelops_gateway_shadow_mirrored_total"): 120.0,
+                 key("modelops_gateway_shadow_dropped_total", reason="budget"): 3.0,
+                 key("modelops_gateway_shadow_answers_total", outcome="ok"): 110.0,
+                 key("modelops_gateway_shadow_answers_total", outcome="timeout"): 6.0,
+                 key("modelops_gateway_shadow_answers_total", outcome="mismatch"): 4.0,
+                 key("modelops_gateway_shadow_call_seconds_bucket", role="candidate", le="0.01"): 100.0,
+                 key("modelops_gateway_shadow_call_seconds_bucket", role="candidate", le="+Inf"): 120.0,
+                 key("modelops_gateway_shadow_divergence_bucket", measure="abs", le="0.1"): 500.0,
+                 key("modelops_gateway_shadow_divergence_bucket", measure="abs", le="+Inf"): 550.0,
+                 key("modelops_gateway_shadow_compared_total", measure="topk"): 110.0,
+                 key("modelops_gateway_shadow_disagreements_total", measure="topk"): 9.0,
+                 ("modelops_gateway_shadow_mirrored_total", (("model", "m"), ("version", "5"))): 99.0}
+    gateway_b = {key("modelops_gateway_shadow_answers_total", outcome="ok"): 10.0}
+    w = from_series([gateway_a, gateway_b], "m", 4)
+    assert (w.mirrored, w.dropped, w.answered, w.errors) == (120.0, 3.0, 120.0, 10.0)
+    assert w.candidate_buckets == ((0.01, 100.0), (math.inf, 120.0)) and w.stable_buckets == ()
+    assert w.abs_buckets == ((0.1, 500.0), (math.inf, 550.0)) and (w.topk_compared, w.topk_changed) == (110, 9)
+    queries = promql("m", 4, "5s")
+    assert queries["modelops_gateway_shadow_answers_total"] == (
+        'sum by (outcome) (increase(modelops_gateway_shadow_answers_total{model="m",version="4"}[5s]))')
+
+
+def test_the_release_record_and_the_cockpit_show_the_shadow_phase() -> None:
+    from modelops.canary.record import ReleaseRef, updated, window_of
+    from modelops.cockpit.views import Links, detail, history_row
+
+    statuses, _ = _run(SPEC, [shadow_window(changed=900, diffs=PERMUTED_DIFFS)])
+    final = statuses[-1]
+    m = _m(shadow_window(changed=900, diffs=PERMUTED_DIFFS, dropped=4))
+    assert final.last_analysis is not None
+    window = window_of(final.last_analysis, 0.0, m)
+    assert window.shadow and window.mirrored == 1000 and window.dropped == 4
+    ref = ReleaseRef("m", 2, "b" * 64, "2", "tests", "model_release", "run", SPEC.steps, 1, "a" * 64, "1")
+    record = updated(None, ref, final, window)
+    assert record.shadow and not record.users_exposed and record.detection_s == pytest.approx(10.0)
+    row = history_row(record, Links())
+    assert row.outcome == "rolled_back in shadow (0 users exposed, caught after 10.0 s)", row.outcome
+    page = detail(record, final, Links(), {})
+    assert page.shadow is not None and page.shadow.mirrored == "1000" and page.shadow.dropped == "4"
+    assert "0 users exposed" in page.summary
+    assert {g.name for g in page.shadow.gates} >= {"divergence", "delta_p95"}
