@@ -32,6 +32,7 @@ from airflow.sdk.exceptions import AirflowFailException
 from modelops.canary.actions import ApproveCommand
 from modelops.canary.control import control_key, parse_control
 from modelops.canary.metrics_source import metrics_source
+from modelops.canary.notes import note_progress, set_run_note
 from modelops.canary.params import spec_from_params
 from modelops.canary.recording import record_first_release, record_release, responder
 from modelops.canary.runner import Release, Runner, VersionRef
@@ -48,8 +49,6 @@ from modelops.canary.spec import CanarySpec, traffic_warnings
 from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
 from modelops.errors import ContractError
-
-NOTE_LIMIT = 1000  # Airflow's DagRun.note max length
 
 
 # ------------------------------------------------------------------ wiring
@@ -128,38 +127,6 @@ def summary_dict(status: CanaryStatus) -> dict[str, Any]:
             "phase": status.phase.value, "weight": status.weight, "reason": status.reason, "mttr_s": status.mttr_s,
             "analyses": status.analyses, "failed_checks": status.failed_checks, "ended_at": status.updated_at,
             "summary": summary(status)}
-
-
-def set_run_note(dag_id: str, run_id: str, note: str) -> None:
-    """Set a DAG run's note through the REST API (the task SDK has no call for it)."""
-    from modelops.airflow_client import client_from_settings
-
-    client_from_settings().request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}",
-                                   json={"note": note[:NOTE_LIMIT]})
-
-
-def set_task_note(dag_id: str, run_id: str, task_id: str, note: str) -> None:
-    """Set a task instance's note through the REST API (shown beside the deferred task in the UI)."""
-    from modelops.airflow_client import client_from_settings
-
-    client_from_settings().request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}",
-                                   params={"update_mask": "note"}, json={"note": note[:NOTE_LIMIT]})
-
-
-def note_progress(context: Any, status: CanaryStatus, log: Any) -> None:
-    """A phase change of a running release on the run's and the canary task's notes (a pause names its
-    reason and what ends it; a resumption replaces that). A courtesy: a failure is logged."""
-    from modelops.canary.report import progress_note
-
-    note = progress_note(status)
-    if status.phase is Phase.PAUSED:
-        log.warning("%s", note)
-    dag_id, run_id = context["dag"].dag_id, context["dag_run"].run_id
-    try:
-        set_run_note(dag_id, run_id, note)
-        set_task_note(dag_id, run_id, context["ti"].task_id, note)
-    except Exception as exc:
-        log.warning("could not set the run's or the task's note: %s", exc)
 
 
 class CanaryOperator(BaseOperator):
