@@ -1,7 +1,7 @@
 """Shadow first: candidates judged on mirrored requests before any user sees them, on the real stack.
 
-Releases through ``model_release`` with ``shadow=true`` (5 s windows, ``min_requests`` 20), each model
-with its own stable version and generated traffic, the models' releases running at once:
+Releases through ``model_release`` with ``shadow=true`` (5 s windows, ``min_requests`` 20) on two models,
+each with its stable version (module-scoped) and generated traffic, two releases at a time:
 
 * four faulty candidates are rolled back in the shadow phase — one that fails 5 % of its calls, one
   three times slower, one whose scores collapse, and one *silently different* (each request's item
@@ -53,7 +53,7 @@ pytestmark = pytest.mark.integration
 
 __all__ = ["features_published", "trained"]  # module fixtures shared with test_canary_release
 
-RATE = 10.0  # req/s per model: four models' traffic, mirrored 100 %, beside the stack on two cores
+RATE = 15.0  # req/s per model: two models' traffic, mirrored 100 %, beside the stack on two cores
 SHADOW = {"shadow": True, "shadow_share": 1.0, "canary_steps": "50,100", "analysis_interval_s": 5,
           "min_requests": 20, "stable_grace_s": 4}
 SLOW_BASE_MS = 100.0  # the slow candidate's model step: 3 x this per batch; the stable's calls take a few ms
@@ -71,14 +71,15 @@ def _rows(store: ObjectStore, prefix: str, model: str) -> list[dict[str, Any]]:
     return rows
 
 
-def _logs_settled(store: ObjectStore, model: str, timeout_s: float = 90.0) -> tuple[list[dict[str, Any]],
-                                                                                       list[dict[str, Any]]]:
-    """The model's prediction and shadow log rows once every mirrored request's prediction is uploaded too."""
+def _logs_settled(store: ObjectStore, model: str, shadow_version: int,
+                  timeout_s: float = 90.0) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The model's prediction and shadow log rows once the shadow's rows, and their requests' predictions, are
+    uploaded (the spool seals a segment within 10 s, then uploads it)."""
     from modelops.records import LOG_PREFIXES
 
     deadline = time.monotonic() + timeout_s
     while True:
-        shadow = _rows(store, LOG_PREFIXES["shadow"], model)
+        shadow = [r for r in _rows(store, LOG_PREFIXES["shadow"], model) if r["shadow_version"] == shadow_version]
         predictions = _rows(store, LOG_PREFIXES["predictions"], model)
         answered = {r["request_id"] for r in predictions}
         if (shadow and all(r["request_id"] in answered for r in shadow)) or time.monotonic() > deadline:
@@ -94,62 +95,61 @@ def _metric(gateway: str, name: str, **labels: str) -> float:
 
 
 # ------------------------------------------------------------------ through model_release
-def test_faulty_candidates_are_rolled_back_in_shadow_with_no_user_answer_from_them(
-    airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
-    features_published: None,
-) -> None:
-    from modelops.example.train import train
-
-    collapsed = train(replace(trained.spec, variant="collapsed"))
-    faults: dict[str, tuple[Any, dict[str, Any], str]] = {
-        "errors": (trained, {"variant": "faulty-errors", "error_rate": 0.05}, "shadow_error_rate"),
-        "slow": (trained, {"variant": "slow", "slowdown": 3.0, "base_ms": SLOW_BASE_MS}, "shadow_p99_ms"),
-        "collapsed": (collapsed, {"variant": "collapsed"}, "divergence"),
-        "permuted": (trained, {"variant": "permuted"}, "divergence"),
-    }
-    models = {kind: f"shd_{kind[:4]}_{uuid.uuid4().hex[:5]}" for kind in faults}
-    with ThreadPoolExecutor(4) as pool:
-        stables = dict(zip(faults, pool.map(lambda k: _serve_stable(stack_settings, object_store, trained,
-                                                                    mlflow_uri, models[k]), faults), strict=True))
-    versions = {kind: _register(_variant(base, doc), mlflow_uri, models[kind])
-                for kind, (base, doc, _gate) in faults.items()}
-    traffic = {kind: Traffic(stack_settings, models[kind], rate=RATE) for kind in faults}
-    for t in traffic.values():
-        t.__enter__()
-    try:
-        runs = {kind: _release(airflow, models[kind], versions[kind],
-                               **({"canary_slo_p99_ms": SLOW_BASE_MS} if kind == "slow" else {}))
-                for kind in faults}
-        states = {kind: ended(airflow, models[kind], run, 400) for kind, run in runs.items()}
-    finally:
-        for t in traffic.values():
-            t.__exit__()
-    for kind, (_base, _doc, gate) in faults.items():
-        model, run_id = models[kind], runs[kind]
-        assert states[kind] == "failed", (kind, explain(airflow, model, run_id))
-        canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
-        status = _checkpoint(object_store, model, canary_tv)
-        assert [t["to"] for t in status["transitions"]] == ["shadow", "rolling_back", "rolled_back"], (kind, status)
-        assert status["reason"].startswith("failed in shadow, no user exposed"), (kind, status["reason"])
-        failed = [g["name"] for g in status["last_analysis"]["gates"] if g["verdict"] == "failed"]
-        assert gate in failed, (kind, status["last_analysis"])
-        if kind == "permuted":  # as fast and as error-free as the stable: only its answers tell it
-            assert set(failed) <= {"divergence", "delta_median", "delta_p95"}, status["last_analysis"]
-        assert status["exposed_at"] is None and status["weight"] == 0.0
-        record = airflow_record(object_store, model, canary_tv)
-        assert record["users_exposed"] is False and record["detection_s"] is not None, record
-        routes = _routes(object_store, model)
-        assert (routes.stable.version, routes.canary, routes.shadow) == (stables[kind]["triton_version"], None, None)
-        report = traffic[kind].report
-        assert report is not None and report.per_version.get(canary_tv, 0) == 0, (kind, report.line())
-        predictions, shadow = _logs_settled(object_store, model)
-        assert predictions and not [r for r in predictions if r["model_version"] == canary_tv], kind
-        assert shadow and {r["shadow_version"] for r in shadow} == {canary_tv}, kind
-        answered = {r["request_id"]: r["model_version"] for r in predictions}
-        assert all(answered.get(r["request_id"]) == stables[kind]["triton_version"] for r in shadow), kind
+@pytest.fixture(scope="module")
+def pair(stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
+         features_published: None) -> dict[str, Any]:
+    """Two models, each with a stable version served 100 %: their releases run two at a time."""
+    models = [f"shd_a_{uuid.uuid4().hex[:5]}", f"shd_b_{uuid.uuid4().hex[:5]}"]
+    stables = [_serve_stable(stack_settings, object_store, trained, mlflow_uri, m) for m in models]
+    return {"models": models, "stables": stables}
 
 
-def airflow_record(store: ObjectStore, model: str, canary_tv: int) -> dict[str, Any]:
+def _release_pair(airflow: AirflowClient, cfg: Settings, mlflow_uri: str, pair: dict[str, Any],
+                  candidates: list[tuple[Any, dict[str, Any], dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Release one candidate on each model at once, under traffic; each one's run, state, version, traffic."""
+    out = []
+    versions = [_register(_variant(base, doc), mlflow_uri, model)
+                for model, (base, doc, _conf) in zip(pair["models"], candidates, strict=True)]
+    with Traffic(cfg, pair["models"][0], rate=RATE) as first, Traffic(cfg, pair["models"][1], rate=RATE) as second:
+        runs = [_release(airflow, model, version, **conf)
+                for model, version, (_base, _doc, conf) in zip(pair["models"], versions, candidates, strict=True)]
+        states = [ended(airflow, model, run, 600) for model, run in zip(pair["models"], runs, strict=True)]
+    for model, stable, run, state, traffic in zip(pair["models"], pair["stables"], runs, states, (first, second),
+                                                  strict=True):
+        canary_tv = int(airflow.xcom("model_release", run, "publish")["triton_version"])
+        out.append({"model": model, "run": run, "state": state, "canary_tv": canary_tv, "report": traffic.report,
+                    "stable_tv": stable["triton_version"]})
+    return out
+
+
+def _assert_caught_in_shadow(airflow: AirflowClient, store: ObjectStore, r: dict[str, Any], gate: str,
+                             only_divergence: bool = False) -> None:
+    model, run_id, canary_tv = r["model"], r["run"], r["canary_tv"]
+    assert r["state"] == "failed", explain(airflow, model, run_id)
+    status = _checkpoint(store, model, canary_tv)
+    assert [t["to"] for t in status["transitions"]] == ["shadow", "rolling_back", "rolled_back"], status
+    assert status["reason"].startswith("failed in shadow, no user exposed"), status["reason"]
+    failed = [g["name"] for g in status["last_analysis"]["gates"] if g["verdict"] == "failed"]
+    assert gate in failed, status["last_analysis"]
+    if only_divergence:  # as fast and as error-free as the stable: only its answers tell it
+        assert set(failed) <= {"divergence", "delta_median", "delta_p95"}, status["last_analysis"]
+    assert status["exposed_at"] is None and status["weight"] == 0.0
+    record = _record(store, model, canary_tv)
+    assert record["users_exposed"] is False and record["detection_s"] is not None, record
+    routes = _routes(store, model)
+    assert (routes.stable.version, routes.canary, routes.shadow) == (r["stable_tv"], None, None)
+    assert r["report"] is not None and r["report"].per_version.get(canary_tv, 0) == 0, r["report"].line()
+    # No user answer from the candidate in the prediction log; its mirrored answers in the shadow log,
+    # each under the request id of an answer the stable version gave.
+    predictions, shadow = _logs_settled(store, model, canary_tv)
+    assert predictions and not [p for p in predictions if p["model_version"] == canary_tv]
+    mine = [row for row in shadow if row["shadow_version"] == canary_tv]
+    assert mine, "no mirrored answer logged"
+    answered = {p["request_id"]: p["model_version"] for p in predictions}
+    assert all(answered.get(row["request_id"]) == r["stable_tv"] for row in mine)
+
+
+def _record(store: ObjectStore, model: str, canary_tv: int) -> dict[str, Any]:
     import json
 
     from modelops.canary.record import record_key
@@ -157,9 +157,29 @@ def airflow_record(store: ObjectStore, model: str, canary_tv: int) -> dict[str, 
     return dict(json.loads(store.get_bytes(record_key(model, canary_tv))))
 
 
+def test_faulty_candidates_are_rolled_back_in_shadow_with_no_user_answer_from_them(
+    airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
+    pair: dict[str, Any],
+) -> None:
+    from modelops.example.train import train
+
+    collapsed = train(replace(trained.spec, variant="collapsed"))
+    errors, permuted = _release_pair(airflow, stack_settings, mlflow_uri, pair, [
+        (trained, {"variant": "faulty-errors", "error_rate": 0.05}, {}),
+        (trained, {"variant": "permuted"}, {})])
+    _assert_caught_in_shadow(airflow, object_store, errors, "shadow_error_rate")
+    _assert_caught_in_shadow(airflow, object_store, permuted, "divergence", only_divergence=True)
+    slow, flat = _release_pair(airflow, stack_settings, mlflow_uri, pair, [
+        (trained, {"variant": "slow", "slowdown": 3.0, "base_ms": SLOW_BASE_MS},
+         {"canary_slo_p99_ms": SLOW_BASE_MS}),
+        (collapsed, {"variant": "collapsed"}, {})])
+    _assert_caught_in_shadow(airflow, object_store, slow, "shadow_p99_ms")
+    _assert_caught_in_shadow(airflow, object_store, flat, "divergence")
+
+
 def test_a_good_and_an_intentionally_better_candidate_pass_the_shadow_and_are_promoted(
     airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
-    features_published: None,
+    pair: dict[str, Any],
 ) -> None:
     from modelops.example.synthetic import WorldSpec
     from modelops.example.train import TrainSpec, train
@@ -169,30 +189,22 @@ def test_a_good_and_an_intentionally_better_candidate_pass_the_shadow_and_are_pr
     better = train(TrainSpec(world=replace(WorldSpec(), n_requests=3000, seed=11), hidden=(16,), max_iter=25))
     allowance = {"canary_shadow_disagreement_rate": 0.9, "canary_shadow_disagreement_limit": 0.99,
                  "canary_shadow_max_delta_median": 0.25, "canary_shadow_max_delta_p95": 1.0}
-    models = {"good": f"shd_good_{uuid.uuid4().hex[:5]}", "better": f"shd_bett_{uuid.uuid4().hex[:5]}"}
-    with ThreadPoolExecutor(2) as pool:
-        list(pool.map(lambda m: _serve_stable(stack_settings, object_store, trained, mlflow_uri, m), models.values()))
-    versions = {"good": _register(_variant(trained, {"variant": "good"}), mlflow_uri, models["good"]),
-                "better": _register(_variant(better, {"variant": "good"}), mlflow_uri, models["better"])}
-    with Traffic(stack_settings, models["good"], rate=RATE), Traffic(stack_settings, models["better"], rate=RATE):
-        runs = {"good": _release(airflow, models["good"], versions["good"]),
-                "better": _release(airflow, models["better"], versions["better"], **allowance)}
-        states = {kind: ended(airflow, models[kind], run, 400) for kind, run in runs.items()}
-    for kind, run_id in runs.items():
-        model = models[kind]
-        assert states[kind] == "success", (kind, explain(airflow, model, run_id))
-        canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+    results = _release_pair(airflow, stack_settings, mlflow_uri, pair, [
+        (trained, {"variant": "good"}, {}), (better, {"variant": "good"}, allowance)])
+    for kind, r in zip(("good", "better"), results, strict=True):
+        model, canary_tv = r["model"], r["canary_tv"]
+        assert r["state"] == "success", (kind, explain(airflow, model, r["run"]))
         status = _checkpoint(object_store, model, canary_tv)
         targets = [t["to"] for t in status["transitions"]]
         assert targets[:2] == ["shadow", "progressing"] and targets[-1] == "promoted", (kind, targets)
         assert status["transitions"][1]["reason"] == "shadow passed"
         assert _routes(object_store, model).stable.version == canary_tv
-        record = airflow_record(object_store, model, canary_tv)
+        record = _record(object_store, model, canary_tv)
         assert record["shadow"] and record["users_exposed"], record
         shadow_windows = [w for w in record["windows"] if w.get("mirrored") is not None]
         assert shadow_windows and sum(w["mirrored"] for w in shadow_windows) >= SHADOW["min_requests"]
         divergence = next(g for g in shadow_windows[-1]["gates"] if g["name"] == "divergence")
-        if kind == "good":  # the same weights: identical answers
+        if kind == "good":  # the same weights: the same answers
             assert divergence["canary"] == 0.0, divergence
         else:  # differs, within what it declared
             assert divergence["canary"] > 0.3 and divergence["verdict"] == "passed", divergence
