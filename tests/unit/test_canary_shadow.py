@@ -284,3 +284,34 @@ def test_the_release_record_and_the_cockpit_show_the_shadow_phase() -> None:
     assert page.shadow is not None and page.shadow.mirrored == "1000" and page.shadow.dropped == "4"
     assert "0 users exposed" in page.summary
     assert {g.name for g in page.shadow.gates} >= {"divergence", "delta_p95"}
+
+
+def test_the_runner_writes_the_shadow_into_the_routes_then_the_first_step_without_it() -> None:
+    from datetime import UTC, datetime
+
+    from modelops.canary.adapters import next_routes
+    from modelops.canary.runner import MemoryStatusStore, Release, Runner, ShadowRef, VersionRef
+
+    applied: list[tuple[VersionRef | None, float, ShadowRef | None]] = []
+
+    class Routes:
+        def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str,
+                  *, shadow: ShadowRef | None = None) -> float:
+            applied.append((canary, weight, shadow))
+            return 0.0
+
+    class Nothing:
+        def __getattr__(self, name: str) -> object:
+            return lambda *args, **kwargs: True
+
+    stable, candidate = VersionRef(1, "a" * 64, "1"), VersionRef(2, "b" * 64, "2")
+    clock = iter(float(t) for t in range(100, 200))
+    runner = Runner(SPEC, Release("m", stable, candidate), Routes(), Nothing(), Nothing(), Nothing(),  # type: ignore[arg-type]
+                    MemoryStatusStore(), clock=lambda: next(clock))
+    assert runner.begin().phase is Phase.SHADOW
+    assert applied == [(None, 0.0, ShadowRef(candidate, 1.0, 5))]
+    status = runner.handle(_m(shadow_window(), start=100.0))
+    assert status.phase is Phase.PROGRESSING and applied[-1] == (candidate, 0.25, None)
+    routes = next_routes(None, "m", stable, None, 0.0, "tests", datetime.now(UTC), shadow=ShadowRef(candidate, 0.5, 3))
+    assert routes.shadow is not None and (routes.shadow.version.version, routes.shadow.share) == (2, 0.5)
+    assert routes.canary is None and routes.canary_weight == 0.0
