@@ -104,9 +104,13 @@ def test_regressor_rows_carry_their_relative_difference() -> None:
 
 def test_many_observations_land_in_the_buckets_one_observation_each_would() -> None:
     values = [0.0, 0.0001, 0.0002, 0.05, 0.07, 1.5, 3.0]
-    one, many = HistogramFamily("x", "", DIVERGENCE_BUCKETS), HistogramFamily("x", "", DIVERGENCE_BUCKETS)
-    for v in [*values, math.nan]:
-        one.observe((), v)
-    many.observe_many((), np.array([*values, math.nan]))  # NaN lands in +Inf, as one observation puts it
-    many.observe_many((), np.array([]))
-    assert many.counts == one.counts and many.sums[()] == pytest.approx(sum(values))
+    for repeat in (1, 20):  # a request's few values (one bisect each) and many (numpy)
+        one, many = HistogramFamily("x", "", DIVERGENCE_BUCKETS), HistogramFamily("x", "", DIVERGENCE_BUCKETS)
+        for v in values * repeat:
+            one.observe((), v)
+        many.observe_many((), np.array(values * repeat))
+        many.observe_many((), np.array([]))
+        assert many.counts == one.counts and many.sums[()] == pytest.approx(one.sums[()])
+    big = HistogramFamily("x", "", DIVERGENCE_BUCKETS)
+    big.observe_many((), np.array([math.nan] * 100))
+    assert big.counts[()][-1] == 100  # NaN lands in +Inf, as one observation puts it
