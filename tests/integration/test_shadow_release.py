@@ -10,7 +10,9 @@ each with its stable version (module-scoped) and generated traffic, two releases
   answer of the candidate (every answer users got came from the stable), while the shadow log holds
   its mirrored answers under the stable answers' request ids;
 * a good candidate and an intentionally better one (retrained on more data: its answers differ, within
-  the divergence it declares through the release's params) pass the shadow and are promoted.
+  the divergence it declares through the release's params) pass the shadow and are promoted;
+* with ``canary_shadow_approval``, a candidate that answers differently waits at the end of the shadow for
+  a person (``approve_shadow``, Required Actions) and, approved, goes on through the canary steps.
 
 Without Airflow (routes written directly): users' latency with 100 % mirrored against none, a shadow
 that hangs (its mirrored calls time out, the in-flight budget is spent, the rest are dropped and
@@ -213,6 +215,48 @@ def test_a_good_and_an_intentionally_better_candidate_pass_the_shadow_and_are_pr
             assert divergence["canary"] == 0.0, divergence
         else:  # differs, within what it declared
             assert divergence["canary"] > 0.3 and divergence["verdict"] == "passed", divergence
+
+
+def test_an_intended_change_waits_at_the_end_of_the_shadow_for_a_person_and_goes_on_once_approved(
+    airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str, trained: Any,
+    pair: dict[str, Any],
+) -> None:
+    """With ``canary_shadow_approval``, a candidate failing only the divergence gates is not rolled back: it
+    waits (0 % users, still mirrored) for ``approve_shadow``; approved, the canary steps run and promote it."""
+    from modelops.canary.approval import hitl_path
+
+    model = pair["models"][0]
+    version = _register(_variant(trained, {"variant": "permuted"}), mlflow_uri, model)
+    path = ""
+    with Traffic(stack_settings, model, rate=RATE):
+        run_id = _release(airflow, model, version, canary_shadow_approval=True)
+        path = hitl_path("model_release", run_id, "approve_shadow")
+        deadline = time.monotonic() + 400
+        detail: dict[str, Any] = {}
+        while not detail:
+            try:
+                detail = dict(airflow.request("GET", path))
+            except Exception:  # the approval has not asked yet
+                assert time.monotonic() < deadline, explain(airflow, model, run_id)
+                assert airflow.run_state("model_release", run_id) in ("queued", "running"), \
+                    explain(airflow, model, run_id)
+                time.sleep(2)
+        canary_tv = int(airflow.xcom("model_release", run_id, "publish")["triton_version"])
+        status = _checkpoint(object_store, model, canary_tv)
+        assert (status["phase"], status["approval_for"], status["weight"]) == ("waiting_approval", "shadow", 0.0)
+        assert not _record(object_store, model, canary_tv)["users_exposed"]
+        assert detail["options"] == ["Approve", "Reject"] and not detail["response_received"]
+        airflow.request("PATCH", path, json={"chosen_options": ["Approve"]})
+        state = ended(airflow, model, run_id, 400)
+    assert state == "success", explain(airflow, model, run_id)
+    deadline = time.monotonic() + 60
+    while (status := _checkpoint(object_store, model, canary_tv))["phase"] == "promoting" \
+            and time.monotonic() < deadline:
+        time.sleep(1)
+    targets = [t["to"] for t in status["transitions"]]
+    assert targets[:3] == ["shadow", "waiting_approval", "progressing"] and targets[-1] == "promoted", targets
+    assert status["transitions"][2]["reason"].startswith("shadow divergence approved by"), status["transitions"]
+    assert _record(object_store, model, canary_tv)["users_exposed"]
 
 
 # ------------------------------------------------------------------ the gateway's mirroring, routes written directly
