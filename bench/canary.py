@@ -83,6 +83,7 @@ the 10 s goal.
     .venv/bin/python bench/canary.py --trials 1          # quick (~4 min with stack start)
     .venv/bin/python bench/canary.py --trials 5          # the issue's run (11-18 min on 2 busy cores)
     .venv/bin/python bench/canary.py --use-running --variants good,slow --verbose
+    .venv/bin/python bench/canary.py --shadow-sim --trials 10   # the shadow phase (simulated stream, seconds)
 """
 
 from __future__ import annotations
@@ -394,7 +395,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--use-running", action="store_true",
                         help="use the stack the MODELOPS_* settings point at (not started nor stopped here)")
     parser.add_argument("--verbose", action="store_true", help="print every window's analysis")
+    parser.add_argument("--shadow-sim", action="store_true",
+                        help="the shadow phase's variants instead (bench/canary_shadow.py: the pure machine fed a "
+                             "simulated metrics stream; --trials, --rate and --variants from its own list)")
     args = parser.parse_args(argv)
+    if args.shadow_sim:
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from canary_shadow import VARIANTS as SHADOW_VARIANTS
+        from canary_shadow import run as run_shadow
+
+        chosen = args.variants if args.variants != ",".join(VARIANTS) else ",".join(SHADOW_VARIANTS)
+        return run_shadow(args.trials, args.rate, [v for v in chosen.split(",") if v], 600.0)
     variants = [v for v in args.variants.split(",") if v]
     if not set(variants) <= set(VARIANTS) or args.trials < 1:
         parser.error(f"--variants: a subset of {','.join(VARIANTS)}; --trials >= 1")

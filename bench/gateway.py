@@ -10,7 +10,10 @@ concurrency 1 and 16 from one asyncio client (aiohttp, keep-alive):
 
 - direct: ``POST /v2/models/NAME/versions/1/infer`` with the binary tensor extension
   (the features the gateway would look up, computed once);
-- gateway: ``POST /v1/models/NAME/predict`` with the JSON request.
+- gateway: ``POST /v1/models/NAME/predict`` with the JSON request;
+- gateway+mirror100: the same gateway and requests while the routes name version 2 as the shadow of
+  100 % of them (each answered request then also goes to version 2, after its answer: the stable's
+  p50 it adds at c=1, and the throughput at c=16 with and without, side by side).
 
 It also measures what a contract rejection costs: the gateway's own time for a request
 that breaks the contract (the ASGI app called in-process, no HTTP) and over HTTP, each
@@ -48,6 +51,7 @@ import numpy as np
 from modelops.process import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
+MIRRORED = "gateway+mirror100"  # the gateway while the routes mirror every answered request to version 2
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT))
 
@@ -62,7 +66,7 @@ def setup(model: str) -> Any:
     from modelops.serving.triton import TritonClient
 
     cfg = settings()
-    write_test_model(cfg.home / "triton" / "repository", model, [1])
+    write_test_model(cfg.home / "triton" / "repository", model, [1, 2])  # 2: the shadow of the mirrored rounds
     TritonClient(cfg.triton_http_url).load(model)
     store = ObjectStore.from_settings(cfg)
     store.ensure_bucket()
@@ -71,6 +75,30 @@ def setup(model: str) -> Any:
     store.put_bytes(routes_key(model), serialize_routes(
         Routes(model, 1, VersionRef(1, "b" * 64), None, 0.0, "", "bench/gateway.py")))
     return FeatureLookup.from_frames(users, items)
+
+
+def set_mirroring(model: str, on: bool, gateway_urls: Sequence[str]) -> None:
+    """Route ``model`` with (version 2 as the shadow of 100 % of its requests) or without mirroring; wait
+    until every gateway applied it."""
+    import requests
+
+    from modelops.documents.routes import Routes, Shadow, VersionRef, load_routes, routes_key, serialize_routes
+    from modelops.objectstore import ObjectStore
+
+    store = ObjectStore.from_settings()
+    current = load_routes(store.get_bytes(routes_key(model)))
+    if (current.shadow is not None) == on:
+        return
+    shadow = Shadow(VersionRef(2, "c" * 64), 1.0, 5) if on else None
+    routes = Routes(model, current.revision + 1, current.stable, None, 0.0, "", "bench/gateway.py", shadow=shadow)
+    store.put_bytes(routes_key(model), serialize_routes(routes))
+    for url in gateway_urls:
+        base = url.split("/v1/")[0]
+        deadline = time.monotonic() + 30
+        while requests.get(f"{base}/v1/routes", timeout=5).json()["models"][model]["revision"] < routes.revision:
+            if time.monotonic() > deadline:
+                raise SystemExit(f"{base} never applied routes revision {routes.revision}")
+            time.sleep(0.05)
 
 
 def teardown(model: str) -> None:
@@ -291,6 +319,8 @@ def main() -> None:
     parser.add_argument("--flame", type=Path, default=None,
                         help="record the gateway with py-spy into this file (.svg: flame graph, else collapsed "
                              "stacks); BENCH_PYSPY_ARGS overrides '--gil --nonblocking'")
+    parser.add_argument("--no-mirror", action="store_true",
+                        help="leave out the gateway with 100 %% of its requests mirrored to a shadow version")
     parser.add_argument("--port-base", type=int, default=None,
                         help="start a private stack (Triton and the object store only) at this port base "
                              "instead of using the running one")
@@ -334,18 +364,25 @@ def bench(args: argparse.Namespace) -> None:
             gateways[name] = (proc, f"http://127.0.0.1:{port}/v1/models/{model}/predict")
         contenders = [("direct", f"{cfg.triton_http_url}/v2/models/{model}/versions/1/infer", direct),
                       *((name, url, via) for name, (_proc, url) in gateways.items())]
+        if not args.no_mirror:  # the same gateway with every answered request mirrored to version 2 afterwards
+            contenders.insert(2, (MIRRORED, gateways["gateway"][1], via))
         procs = {name: psutil.Process(proc.pid) for name, (proc, _url) in gateways.items()}
+        if not args.no_mirror:
+            procs[MIRRORED] = procs["gateway"]
+        gateway_urls = [url for _proc, url in gateways.values()]
         if args.flame is not None:  # idle samples are left out, so the other contenders' rounds add nothing
             profiler = start_profiler(gateways["gateway"][0].pid, args.flame)
         results: dict[tuple[str, int], list[tuple[float, float, float]]] = {}
         cpu: dict[tuple[str, int], list[float]] = {}
         for conc in args.concurrency:  # warm-up every path
-            for _name, url, bodies in contenders:
+            for name, url, bodies in contenders:
+                set_mirroring(model, name == MIRRORED, gateway_urls)
                 asyncio.run(run_load(url, bodies[:100], conc))
         for round_ in range(args.rounds):
             for conc in args.concurrency:
                 order = contenders if round_ % 2 == 0 else contenders[::-1]  # alternate who goes first
                 for name, url, bodies in order:
+                    set_mirroring(model, name == MIRRORED, gateway_urls)
                     before = cpu_seconds(procs[name]) if name in procs else 0.0
                     seconds, lat = asyncio.run(run_load(url, bodies, conc))
                     line = (f"round {round_ + 1} c={conc:<2} {name:<16} {len(bodies) / seconds:8.0f} req/s  "
@@ -388,6 +425,15 @@ def bench(args: argparse.Namespace) -> None:
         for name in names:
             tput, p50, p99 = med[(name, conc)]
             print(f"  c={conc:<2} {name:<16} {tput:8.0f} req/s  p50 {p50:6.2f} ms  p99 {p99:6.2f} ms")
+    mirror_lines = []
+    if not args.no_mirror:
+        for conc in args.concurrency:
+            g, m = med[("gateway", conc)], med[(MIRRORED, conc)]
+            mirror_lines.append(
+                f"  c={conc:<2} mirroring 100 %: p50 {m[1] - g[1]:+.3f} ms, p99 {m[2] - g[2]:+.2f} ms added to the "
+                f"stable's answers; throughput {m[0]:.0f} vs {g[0]:.0f} req/s without (ratio {m[0] / g[0]:.2f}); "
+                f"gateway CPU {statistics.median(cpu[(MIRRORED, conc)]):.2f} vs "
+                f"{statistics.median(cpu[('gateway', conc)]):.2f} ms/request")
     for conc in args.concurrency:
         d = med[("direct", conc)]
         for name in gateways:
@@ -404,8 +450,10 @@ def bench(args: argparse.Namespace) -> None:
               f"{rejected:.3f} ms round trip (median); 404 floor {floor_ms:.3f} ms: the gateway adds "
               f"{rejected - floor_ms:+.3f} ms")
     print(f"  contract rejection in-process (ASGI app, no HTTP): {in_process_us:.0f} us (median)")
+    for line in mirror_lines:
+        print(line)
     for conc in args.concurrency:
-        for name in gateways:
+        for name in (*gateways, *(() if args.no_mirror else (MIRRORED,))):
             print(f"throughput ratio {name}/direct c={conc}: {med[(name, conc)][0] / med[('direct', conc)][0]:.2f}")
 
 

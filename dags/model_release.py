@@ -8,8 +8,11 @@ candidate → contract gate (GX suite — the recommender's feature suite, or th
 model's spec — on the version's evaluation sample; results stored on the MLflow run; failure notifies
 and stops) → publish (sha256 → integer Triton version, verified upload, load; a spec model's answers
 checked against its framework's own; a refused model fails without retry) → verify served →
-canary (``canary_to_approval``: a deferrable operator; the triggerer waits out each analysis
-interval) → ``approve_full_rollout`` (Required Actions in the UI; skipped unless
+``shadow`` (with the ``shadow`` param: users answered by the stable version alone while a share of
+their requests is mirrored to the candidate and its answers judged against the stable's; skipped
+otherwise) → ``approve_shadow`` (only for a candidate that answers differently, with
+``canary_shadow_approval``) → canary (``canary_to_approval``: a deferrable operator; the triggerer
+waits out each analysis interval) → ``approve_full_rollout`` (Required Actions in the UI; skipped unless
 ``require_approval``) → ``canary_finish`` (promotion, or the rest of the release) →
 ``retire_previous_stable`` (after a promotion, unloads the replaced version once
 ``stable_grace_s`` has passed; until then routing back to it is instant). The
@@ -29,6 +32,7 @@ from modelops.canary.approval import ReleaseApproval
 from modelops.canary.operator import CanaryOperator
 from modelops.canary.params import extra_param_names
 from modelops.canary.retire import DEFAULT_STABLE_GRACE_S, RetirePreviousStable
+from modelops.canary.shadow_stage import SHADOW_APPROVAL_TASK, SHADOW_TASK
 from modelops.canary.spec import CanarySpec, describe
 from modelops.names import MODEL_NAME_PATTERN
 
@@ -62,6 +66,9 @@ PARAMS = {
                                  description=describe()["interval_s"][1]),
     "min_requests": Param(_SPEC.min_requests, type="integer", minimum=1, description=describe()["min_requests"][1]),
     "require_approval": Param(_SPEC.require_approval, type="boolean", description=describe()["require_approval"][1]),
+    "shadow": Param(_SPEC.shadow, type="boolean", description=describe()["shadow"][1]),
+    "shadow_share": Param(_SPEC.shadow_share, type="number", minimum=0.1, maximum=1.0,
+                          description=describe()["shadow_share"][1]),
     "stable_grace_s": Param(DEFAULT_STABLE_GRACE_S, type="integer", minimum=0,
                             description="Seconds the previous stable version stays loaded after a promotion "
                                         "(instant rollback), then it is unloaded."),
@@ -117,8 +124,19 @@ def model_release() -> None:
     # short interval can fire before the deferral's exit is processed, and the scheduler then fails the
     # re-queued try ("finished with state success, but ... queued").
     resumable = {"retries": 3, "retry_delay": timedelta(seconds=2)}
+    # The shadow phase (skipped without one): users answered by the stable version alone while the candidate
+    # answers mirrored requests; a candidate that answers differently may wait for approve_shadow.
+    shadow = CanaryOperator(task_id=SHADOW_TASK, candidate=candidate, published=published, stage="shadow",
+                            **resumable)
+    shadow_approval = ReleaseApproval(
+        task_id=SHADOW_APPROVAL_TASK, canary_task_id=SHADOW_TASK, **resumable,
+        subject="{{ params.model }} answers differently in shadow: go on to the canary steps?",
+        body="No user has seen the candidate yet. In shadow it answered differently from the stable version beyond "
+             "its divergence thresholds (the Release tab shows the figures). Approve if the change is intended: the "
+             "canary steps start; Reject to roll back.",
+    )
     canary = CanaryOperator(task_id="canary_to_approval", candidate=candidate, published=published,
-                            stage="to_approval", **resumable)
+                            stage="to_approval", trigger_rule="none_failed", **resumable)
     # The approval's retries carry an earlier try's answer over (the same scheduler race, when a
     # person answers within a second or two of the asking); see modelops.canary.approval.
     approval = ReleaseApproval(
@@ -130,7 +148,7 @@ def model_release() -> None:
     done = CanaryOperator(task_id="canary_finish", candidate=candidate, published=published, stage="finish",
                           trigger_rule="none_failed", **resumable)
     retire = RetirePreviousStable(task_id="retire_previous_stable", **resumable)
-    verified >> canary >> approval >> done >> retire
+    verified >> shadow >> shadow_approval >> canary >> approval >> done >> retire
 
 
 model_release()

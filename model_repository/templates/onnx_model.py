@@ -9,6 +9,11 @@ behaviour, for canary demonstrations:
   batches (each request of a failed batch fails; only exceptions count as Triton failures).
 - ``{"variant": "slow", "slowdown": 3.0}``: sleeps so each batch takes ``slowdown`` times as long
   (at least ``base_ms``, default 2 ms, is used as the base, since the model itself takes µs).
+- ``{"variant": "permuted"}``: each request's output rows are returned in reverse order (the item
+  scores of a ranked request swapped around): the same errors, latency and score spread as ``good``,
+  answers that differ per item, as a model fed its inputs in the wrong order would give (a
+  *silently different* model: only comparing its answers with the stable's on the same requests
+  tells it).
 - ``good`` / ``collapsed``: nothing to do (a collapsed model already outputs a constant).
 """
 
@@ -65,8 +70,10 @@ class TritonPythonModel:
         responses = []
         offset = 0
         for size in sizes:
+            rows = slice(offset + size - 1, offset - 1 if offset else None, -1) if self.kind == "permuted" \
+                else slice(offset, offset + size)
             tensors = [
-                pb_utils.Tensor(name, np.ascontiguousarray(value[offset:offset + size]))
+                pb_utils.Tensor(name, np.ascontiguousarray(value[rows]))
                 for name, value in zip(self.output_names, results, strict=True)
             ]
             responses.append(pb_utils.InferenceResponse(output_tensors=tensors))

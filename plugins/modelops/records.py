@@ -118,6 +118,37 @@ each with its own columns. ``outputs``: the row of the model's first output (a c
 probabilities, a regressor's value)."""
 
 
+SHADOW = pa.schema(
+    [
+        ("request_id", pa.string()),
+        ("ts", TS),
+        ("model", pa.string()),
+        ("stable_version", pa.int64()),
+        ("shadow_version", pa.int64()),
+        ("outcome", pa.string()),
+        ("n_items", pa.int32()),
+        ("stable_latency_ms", pa.float64()),
+        ("shadow_latency_ms", pa.float64()),
+        ("score_mean", pa.float64()),
+        ("score_std", pa.float64()),
+        ("abs_diff_median", pa.float64()),
+        ("abs_diff_max", pa.float64()),
+        ("compared", pa.int32()),
+        ("disagreed", pa.int32()),
+    ]
+)
+"""One row per request mirrored to a shadow version, after the stable version answered it.
+
+``request_id`` is the stable answer's (the user's request, whose prediction-log row names the stable
+version); ``outcome`` is ``ok``, ``upstream`` / ``timeout`` (the shadow failed) or ``mismatch`` (an
+answer of another shape); ``stable_latency_ms`` / ``shadow_latency_ms`` the two Triton calls (the
+stable's null when its answer was precomputed); ``score_mean`` / ``score_std`` the shadow's scores;
+``abs_diff_median`` / ``abs_diff_max`` |shadow − stable| over the scores; ``compared`` / ``disagreed``
+the ranked request (top-k order) or classified rows (class) compared and those that changed. The
+shadow answers no user: these rows are kept apart from the prediction log, whose rows are the
+answers users got."""
+
+
 def scored_samples_schema(feature_names: Sequence[str]) -> pa.Schema:
     """Scored samples: the base columns, then one float64 column per feature (null when missing)."""
     return pa.schema([*SCORED_SAMPLE_BASE, *(pa.field(name, pa.float64()) for name in feature_names)])
@@ -129,6 +160,7 @@ LOG_PREFIXES = {
     "scored_samples": "logs/scored_samples",
     "explanations": "logs/explanations",
     "model_samples": "logs/model_samples",
+    "shadow": "logs/shadow",
 }
 """Key prefixes of the gateway's logs inside the platform bucket."""
 

@@ -28,7 +28,11 @@ def test_the_canary_follows_verify_served_with_approval_between_its_two_tasks(da
 
     dag = dags["model_release"]
     graph = {t.task_id: sorted(t.downstream_task_ids) for t in dag.tasks}
-    assert graph["verify_served"] == ["canary_to_approval"]
+    assert graph["verify_served"] == ["shadow"]  # the shadow phase (skipped without one), then its approval
+    assert graph["shadow"] == ["approve_shadow"] and graph["approve_shadow"] == ["canary_to_approval"]
+    assert isinstance(dag.get_task("approve_shadow"), ApprovalOperator)
+    # A skipped shadow or shadow approval must not skip the canary steps.
+    assert dag.get_task("canary_to_approval").trigger_rule == "none_failed"
     assert graph["canary_to_approval"] == ["approve_full_rollout"]
     assert graph["approve_full_rollout"] == ["canary_finish"]
     assert graph["canary_finish"] == ["retire_previous_stable"]

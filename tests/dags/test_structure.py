@@ -11,10 +11,13 @@ DAGS = Path(__file__).resolve().parents[2] / "dags"
 EXPECTED = {
     "train_and_register": {"train_or_take_run": ["register"], "register": []},
     "model_release": {
-        "resolve_candidate": ["canary_finish", "canary_to_approval", "contract_gate", "publish", "verify_served"],
+        "resolve_candidate": ["canary_finish", "canary_to_approval", "contract_gate", "publish", "shadow",
+                              "verify_served"],
         "contract_gate": ["publish"],
-        "publish": ["canary_finish", "canary_to_approval", "verify_served"],
-        "verify_served": ["canary_to_approval"],
+        "publish": ["canary_finish", "canary_to_approval", "shadow", "verify_served"],
+        "verify_served": ["shadow"],
+        "shadow": ["approve_shadow"],
+        "approve_shadow": ["canary_to_approval"],
         "canary_to_approval": ["approve_full_rollout"],
         "approve_full_rollout": ["canary_finish"],
         "canary_finish": ["retire_previous_stable"],

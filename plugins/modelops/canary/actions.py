@@ -24,6 +24,15 @@ class SetWeight:
 
 
 @dataclass(frozen=True)
+class SetShadow:
+    """Write the routes with the candidate as the stable's shadow (no user weight) and wait until every
+    gateway applied them: ``share`` of the stable's requests mirrored, top-``top_k`` orders compared."""
+
+    share: float
+    top_k: int = 5
+
+
+@dataclass(frozen=True)
 class Promote:
     """Route 100 % to the canary (it becomes stable) and promote it in the registry."""
 
@@ -75,10 +84,11 @@ class Notify:
         return dict(self.facts)
 
 
-Action = SetWeight | Promote | Rollback | FinishRollback | Pause | RequestApproval | Notify
+Action = SetWeight | SetShadow | Promote | Rollback | FinishRollback | Pause | RequestApproval | Notify
 
 _ACTIONS: dict[str, type[Any]] = {cls.__name__: cls for cls in
-                                  (SetWeight, Promote, Rollback, FinishRollback, Pause, RequestApproval, Notify)}
+                                  (SetWeight, SetShadow, Promote, Rollback, FinishRollback, Pause, RequestApproval,
+                                   Notify)}
 
 
 def action_to_dict(action: Action) -> dict[str, Any]:

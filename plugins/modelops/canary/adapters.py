@@ -16,8 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
-from modelops.canary.runner import Checkpoint, VersionRef
-from modelops.documents.routes import Routes, load_routes, routed_versions, routes_key, serialize_routes
+from modelops.canary.runner import Checkpoint, ShadowRef, VersionRef
+from modelops.documents.routes import Routes, Shadow, load_routes, routed_versions, routes_key, serialize_routes
 from modelops.documents.routes import VersionRef as RouteVersion
 from modelops.errors import ContractError, ModelopsError
 from modelops.names import check_model_name
@@ -51,18 +51,21 @@ def current_routes(store: BlobStore, model: str) -> Routes | None:
 
 
 def next_routes(current: Routes | None, model: str, stable: VersionRef, canary: VersionRef | None, weight: float,
-                by: str, now: datetime, *, salted: bool = True) -> Routes:
+                by: str, now: datetime, *, salted: bool = True, shadow: ShadowRef | None = None) -> Routes:
     """The routes document that follows ``current`` (its revision + 1).
 
     ``salted``: the sticky split is salted with the canary's sha256 prefix, the same for every
     step of one release (earlier canary users stay on it) and different for the next release.
+    ``shadow``: the version the gateways mirror a share of the stable's requests to (none: no mirroring).
     """
     salt = canary.sha256[:16] if salted and canary is not None else ""
+    mirror = None if shadow is None else Shadow(RouteVersion(shadow.version.triton_version, shadow.version.sha256),
+                                                shadow.share, shadow.top_k)
     return Routes(model=model, revision=(current.revision + 1) if current else 1,
                   stable=RouteVersion(stable.triton_version, stable.sha256),
                   canary=None if canary is None else RouteVersion(canary.triton_version, canary.sha256),
                   canary_weight=weight if canary is not None else 0.0,
-                  updated_at=now.isoformat(), updated_by=by, canary_salt=salt)
+                  updated_at=now.isoformat(), updated_by=by, canary_salt=salt, shadow=mirror)
 
 
 class GatewayDown(ConnectionError):
@@ -110,12 +113,13 @@ class ObjectStoreRoutes:
     last_down: tuple[str, ...] = ()
     grace_s: float = 600.0  # the routes reconciler's default grace (``modelops serving reconcile --grace-s``)
 
-    def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str) -> float:
+    def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str,
+              *, shadow: ShadowRef | None = None) -> float:
         from modelops.serving.holds import write_hold
 
         now = datetime.fromtimestamp(self.clock(), UTC)
         previous = current_routes(self.store, model)
-        routes = next_routes(previous, model, stable, canary, weight, by, now, salted=self.salted)
+        routes = next_routes(previous, model, stable, canary, weight, by, now, salted=self.salted, shadow=shadow)
         # A version these routes stop naming (the old stable on promotion, the canary on rollback) stays
         # loaded for the reconciler's grace: held here, before the routes change, so a reconciler that
         # restarts right after the change cannot unload it at once (an unload releases the hold).

@@ -34,6 +34,7 @@ from typing import Any, Protocol
 from modelops.canary.gates import Baseline, Verdict, evaluate
 from modelops.canary.measurement import Measurement
 from modelops.canary.sequential import ErrorEvidence, sprt
+from modelops.canary.shadow import ShadowEvidence, shadow_fails_early
 from modelops.canary.spec import CanarySpec
 
 #: The stable rate of an early look is the Agresti–Coull centre (errors + 2) / (requests + 4).
@@ -72,17 +73,28 @@ def fails_early(spec: CanarySpec, evidence: ErrorEvidence, partial: Measurement,
 
 def check_partial(source: WindowSource, model: str, stable_version: int, canary_version: int,
                   opened: Mapping[str, Any], spec: CanarySpec, evidence: ErrorEvidence,
-                  now: float, baseline: Baseline | None = None) -> dict[str, Any] | None:
-    """The marker that closes the window now if the traffic so far already fails the error test, else None."""
+                  now: float, baseline: Baseline | None = None,
+                  shadow: ShadowEvidence | None = None) -> dict[str, Any] | None:
+    """The marker that closes the window now if the traffic so far already fails the error test, else None.
+
+    ``shadow``: the release is in its shadow phase (the divergence evidence so far): the shadow's
+    sequential tests look instead (:func:`modelops.canary.shadow.shadow_fails_early`).
+    """
     marker = source.open_window(model, now)
     partial = source.measure_between(model, stable_version, canary_version, opened, marker)
+    if shadow is not None:
+        from modelops.canary.shadow_source import measure_shadow
+
+        partial = dataclasses.replace(partial, shadow=measure_shadow(source, model, canary_version, opened, marker))
+        return marker if shadow_fails_early(spec, evidence, shadow, partial) else None
     return marker if fails_early(spec, evidence, partial, baseline) else None
 
 
 def wait_window(source: WindowSource, model: str, stable_version: int, canary_version: int,
                 opened: Mapping[str, Any], spec: CanarySpec, evidence: ErrorEvidence, *,
                 baseline: Baseline | None = None, clock: Callable[[], float] = time.time,
-                sleep: Callable[[float], None] = time.sleep) -> tuple[dict[str, Any], bool]:
+                sleep: Callable[[float], None] = time.sleep,
+                shadow: ShadowEvidence | None = None) -> tuple[dict[str, Any], bool]:
     """Wait out the window opened by ``opened``, looking every ``spec.check_s``; return (closing marker, early).
 
     The synchronous form of what :class:`modelops.canary.trigger.CanaryIntervalTrigger`
@@ -93,7 +105,7 @@ def wait_window(source: WindowSource, model: str, stable_version: int, canary_ve
         sleep(min(remaining, spec.check_s) if spec.check_s > 0 else remaining)
         if spec.check_s > 0 and clock() < due:
             marker = check_partial(source, model, stable_version, canary_version, opened, spec, evidence, clock(),
-                                   baseline)
+                                   baseline, shadow)
             if marker is not None:
                 return marker, True
     return source.open_window(model, clock()), False

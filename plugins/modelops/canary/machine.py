@@ -59,17 +59,19 @@ from modelops.canary.actions import (
     ResumeCommand,
     Rollback,
     RollbackApplied,
+    SetShadow,
     SetWeight,
 )
 from modelops.canary.gates import Analysis, Verdict, baseline_of, evaluate
 from modelops.canary.measurement import Measurement
 from modelops.canary.sequential import ErrorEvidence
+from modelops.canary.shadow import approvable, decisive, evaluate_shadow, shadow_errors
 from modelops.canary.spec import CanarySpec
 from modelops.canary.status import CanaryStatus, Phase, Transition
 
 Outcome = tuple[CanaryStatus, tuple[Action, ...]]
 
-ANALYSING = frozenset({Phase.PROGRESSING, Phase.WAITING_APPROVAL})  # the phases whose windows are analysed
+ANALYSING = frozenset({Phase.SHADOW, Phase.PROGRESSING, Phase.WAITING_APPROVAL})  # phases whose windows are analysed
 _INCIDENT = "incident, not the canary's fault: "
 AUTO_RESUMES = 2
 """Incidents a release resumes from by itself; the next one keeps it paused for a person (a canary that
@@ -102,13 +104,19 @@ def _fmt(value: float) -> str:
 
 
 def start(spec: CanarySpec, model: str, stable_version: int, canary_version: int, now: float) -> Outcome:
-    """A new release: the first step's weight and the start notification."""
+    """A new release: the shadow phase (``spec.shadow``) or the first step's weight, and the start notification."""
     status = CanaryStatus(model=model, stable_version=stable_version, canary_version=canary_version,
                           started_at=now, updated_at=now)
-    status = _to(status, Phase.PROGRESSING, now, "started", weight=spec.steps[0], step_index=0)
+    steps: Facts = (("steps", " → ".join(f"{s:.0%}" for s in spec.steps)),)
+    if spec.shadow:  # no user sees the candidate until its mirrored answers passed
+        status = _to(status, Phase.SHADOW, now, f"shadow: {spec.shadow_share:.0%} of the stable's requests mirrored",
+                     weight=0.0, step_index=-1)
+        return status, (SetShadow(spec.shadow_share, spec.shadow_top_k),
+                        _notify(status, "started", f"release of {model} v{canary_version} started in shadow "
+                                f"(no user answered by it)", (("shadow", f"{spec.shadow_share:.0%}"), *steps)))
+    status = _to(status, Phase.PROGRESSING, now, "started", weight=spec.steps[0], step_index=0, exposed_at=now)
     return status, (SetWeight(spec.steps[0]),
-                    _notify(status, "started", f"canary release of {model} v{canary_version} started",
-                            (("steps", " → ".join(f"{s:.0%}" for s in spec.steps)),)))
+                    _notify(status, "started", f"canary release of {model} v{canary_version} started", steps))
 
 
 def advance(spec: CanarySpec, status: CanaryStatus, event: Event, now: float) -> Outcome:
@@ -196,7 +204,9 @@ def _pause(status: CanaryStatus, now: float, reason: str, kind: str) -> Outcome:
 def _measure(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float) -> Outcome:
     if status.phase is Phase.PAUSED and status.reason.startswith(_INCIDENT):
         return _incident_cleared(spec, status, m, now)
-    if status.phase not in ANALYSING:
+    if status.phase is Phase.SHADOW:
+        return _measure_shadow(spec, status, m, now)
+    if status.phase not in ANALYSING or status.approval_for == "shadow":  # a person decides on the shadow now
         return status, ()
     if status.last_window_end is not None and m.window_end <= status.last_window_end:
         return status, ()
@@ -246,7 +256,8 @@ def _measure(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float)
         return dataclasses.replace(status, step_index=next_index, weight=weight, passed_at_step=0,
                                    error_evidence=ErrorEvidence()), (SetWeight(weight),)
     if spec.require_approval and not status.approved:
-        waiting = _to(status, Phase.WAITING_APPROVAL, now, f"waiting for approval at {status.weight:.0%}")
+        waiting = _to(status, Phase.WAITING_APPROVAL, now, f"waiting for approval at {status.weight:.0%}",
+                      approval_for="promotion")
         return waiting, (RequestApproval(status.weight),
                          _notify(waiting, "approval_needed",
                                  f"{status.model} v{status.canary_version} passed every step: approve to promote",
@@ -260,6 +271,10 @@ def _promote(spec: CanarySpec, status: CanaryStatus, now: float, reason: str) ->
 
 
 def _approve(spec: CanarySpec, status: CanaryStatus, event: ApproveCommand, now: float) -> Outcome:
+    if status.phase is Phase.WAITING_APPROVAL and status.approval_for == "shadow":
+        return _leave_shadow(spec, status, now, f"shadow divergence approved by {event.by}")
+    if status.phase is Phase.SHADOW or (status.phase is Phase.PAUSED and status.paused_from is Phase.SHADOW):
+        return status, ()  # an approval of the promotion is asked once users see the candidate
     if status.phase is Phase.WAITING_APPROVAL:
         return _promote(spec, dataclasses.replace(status, approved=True), now, f"approved by {event.by}")
     if status.phase in {Phase.PROGRESSING, Phase.PAUSED} and not status.approved:
@@ -268,7 +283,7 @@ def _approve(spec: CanarySpec, status: CanaryStatus, event: ApproveCommand, now:
 
 
 def _abort(status: CanaryStatus, event: AbortCommand, now: float) -> Outcome:
-    if status.phase not in {Phase.PROGRESSING, Phase.WAITING_APPROVAL, Phase.PAUSED}:
+    if status.phase not in {Phase.SHADOW, Phase.PROGRESSING, Phase.WAITING_APPROVAL, Phase.PAUSED}:
         return status, ()
     reason = f"aborted by {event.by}" + (f": {event.reason}" if event.reason else "")
     clock = now if status.first_failing_window_start is None else status.first_failing_window_start
@@ -289,6 +304,64 @@ def _rolled_back(status: CanaryStatus, event: RollbackApplied, now: float) -> Ou
     kind = "aborted" if status.aborted else "rolled_back"
     return done, (FinishRollback(status.canary_version, status.reason, mttr, facts),
                   _notify(done, kind, f"{status.model} v{status.canary_version} rolled back: {status.reason}", facts))
+
+
+# ------------------------------------------------------------------ the shadow phase
+def _measure_shadow(spec: CanarySpec, status: CanaryStatus, m: Measurement, now: float) -> Outcome:
+    """One window of the shadow phase: the paired gates (:mod:`modelops.canary.shadow`); the weight stays 0."""
+    if status.last_window_end is not None and m.window_end <= status.last_window_end:
+        return status, ()
+    analysis = evaluate_shadow(spec, m, status.error_evidence, status.shadow_evidence)
+    counted = not m.unreachable and m.shadow is not None and analysis.verdict is not Verdict.INCONCLUSIVE
+    status = dataclasses.replace(
+        status, last_analysis=analysis, analyses=status.analyses + 1, last_window_end=m.window_end, updated_at=now,
+        error_evidence=status.error_evidence.plus_counts(shadow_errors(m, m.shadow)) if counted and m.shadow
+        else status.error_evidence,
+        shadow_evidence=status.shadow_evidence.plus(spec, m.shadow) if counted else status.shadow_evidence)
+    if analysis.verdict is Verdict.INCONCLUSIVE:
+        status = dataclasses.replace(status, inconclusive_count=status.inconclusive_count + 1)
+        if status.inconclusive_count >= spec.inconclusive_limit:
+            details = "; ".join(sorted({g.detail for g in analysis.gates if g.verdict is Verdict.INCONCLUSIVE}))
+            what = f"{status.inconclusive_count} inconclusive shadow analyses in a row ({details})"
+            if m.unreachable:
+                return _pause(status, now, f"{_INCIDENT}{what}", "incident")
+            return _pause(status, now, what, "paused")
+        return status, ()
+    clock = m.window_start if status.first_failing_window_start is None else status.first_failing_window_start
+    if analysis.verdict is Verdict.PENDING:
+        return dataclasses.replace(status, inconclusive_count=0, first_failing_window_start=clock), ()
+    if analysis.verdict is Verdict.FAILED:
+        status = dataclasses.replace(status, inconclusive_count=0, failed_checks=status.failed_checks + 1,
+                                     first_failing_window_start=clock)
+        if not decisive(analysis) and status.failed_checks < spec.failure_limit:
+            return status, ()
+        failed = ", ".join(f"{g.name} {_fmt(g.value)} > {_fmt(g.threshold)}" for g in analysis.gates
+                           if g.verdict is Verdict.FAILED)
+        if spec.shadow_approval and approvable(analysis):  # an intended change? a person decides
+            waiting = _to(status, Phase.WAITING_APPROVAL, now, f"shadow: the candidate's answers differ ({failed}): "
+                          "waiting for approval", approval_for="shadow")
+            return waiting, (RequestApproval(0.0), _notify(
+                waiting, "approval_needed", f"{status.model} v{status.canary_version} answers differently from "
+                "the stable version in shadow: approve to go on to the canary steps, reject to roll back",
+                _gate_facts(analysis)))
+        reason = f"failed in shadow, no user exposed: {failed} ({status.failed_checks} failed analyses)"
+        rolling = _to(status, Phase.ROLLING_BACK, now, reason, weight=0.0, rollback_requested_at=now)
+        return rolling, (Rollback(reason),)
+    status = dataclasses.replace(status, inconclusive_count=0, first_failing_window_start=None,
+                                 passed_at_step=status.passed_at_step + 1)
+    if status.passed_at_step < spec.analyses_per_step:
+        return status, ()
+    return _leave_shadow(spec, status, now, "shadow passed")
+
+
+def _leave_shadow(spec: CanarySpec, status: CanaryStatus, now: float, reason: str) -> Outcome:
+    """On to the first canary step: users see the candidate from now on."""
+    weight = spec.steps[0]
+    moved = _to(status, Phase.PROGRESSING, now, reason, weight=weight, step_index=0, passed_at_step=0,
+                error_evidence=ErrorEvidence(), first_failing_window_start=None, failed_checks=0,
+                approval_for="", exposed_at=now)
+    return moved, (SetWeight(weight), _notify(moved, "shadow_passed", f"{status.model} v{status.canary_version} "
+                                              f"{reason}: on to {weight:.0%}", _gate_facts(status.last_analysis)))
 
 
 def abort(spec: CanarySpec, status: CanaryStatus, now: float, by: str = "operator", reason: str = "") -> Outcome:

@@ -62,6 +62,70 @@ class VersionWindow:
                    feedback={str(k): float(v) for k, v in raw.get("feedback", {}).items()})
 
 
+Buckets = tuple[tuple[float, float], ...]
+
+
+def _buckets_to(buckets: Buckets) -> list[list[Any]]:
+    return [[("+Inf" if math.isinf(le) else le), _num(c)] for le, c in buckets]
+
+
+def _buckets_from(raw: Any) -> Buckets:
+    return tuple((math.inf if le == "+Inf" else float(le), _float(c)) for le, c in raw or [])
+
+
+@dataclass(frozen=True)
+class ShadowWindow:
+    """The candidate's mirrored answers in one window of the shadow phase (the gateway's shadow series).
+
+    Attributes:
+        mirrored: mirrored calls started; dropped: calls not started (the in-flight budget was
+            spent, or the candidate's signature differs).
+        answered / errors: mirrored calls the candidate answered / failed (upstream and timeout).
+        candidate_buckets / stable_buckets: cumulative histograms of the Triton call time (seconds)
+            of the candidate and of the stable version on the same mirrored requests.
+        abs_buckets: cumulative histogram of |candidate − stable| per score (item, or row).
+        rel_buckets: cumulative histogram of a regressor's relative |Δ| per row.
+        topk_compared / topk_changed: ranked requests compared / whose top-k order changed.
+        class_compared / class_changed: classified rows compared / whose predicted class changed.
+    """
+
+    mirrored: float = NAN
+    dropped: float = NAN
+    answered: float = NAN
+    errors: float = NAN
+    candidate_buckets: Buckets = ()
+    stable_buckets: Buckets = ()
+    abs_buckets: Buckets = ()
+    rel_buckets: Buckets = ()
+    topk_compared: float = 0.0
+    topk_changed: float = 0.0
+    class_compared: float = 0.0
+    class_changed: float = 0.0
+
+    @property
+    def requests(self) -> float:
+        """Mirrored calls that ended (answered or failed)."""
+        return self.answered + self.errors
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"mirrored": _num(self.mirrored), "dropped": _num(self.dropped), "answered": _num(self.answered),
+                "errors": _num(self.errors), "candidate_buckets": _buckets_to(self.candidate_buckets),
+                "stable_buckets": _buckets_to(self.stable_buckets), "abs_buckets": _buckets_to(self.abs_buckets),
+                "rel_buckets": _buckets_to(self.rel_buckets), "topk_compared": self.topk_compared,
+                "topk_changed": self.topk_changed, "class_compared": self.class_compared,
+                "class_changed": self.class_changed}
+
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any]) -> ShadowWindow:
+        return cls(mirrored=_float(raw.get("mirrored")), dropped=_float(raw.get("dropped")),
+                   answered=_float(raw.get("answered")), errors=_float(raw.get("errors")),
+                   candidate_buckets=_buckets_from(raw.get("candidate_buckets")),
+                   stable_buckets=_buckets_from(raw.get("stable_buckets")),
+                   abs_buckets=_buckets_from(raw.get("abs_buckets")), rel_buckets=_buckets_from(raw.get("rel_buckets")),
+                   **{k: float(raw.get(k, 0.0)) for k in ("topk_compared", "topk_changed", "class_compared",
+                                                           "class_changed")})
+
+
 @dataclass(frozen=True)
 class Measurement:
     """Canary vs stable over the window ``[window_start, window_end)`` (epoch seconds).
@@ -76,14 +140,19 @@ class Measurement:
     canary: VersionWindow
     stable: VersionWindow
     unreachable: tuple[str, ...] = ()
+    shadow: ShadowWindow | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"window_start": float(self.window_start), "window_end": float(self.window_end),
-                "canary": self.canary.to_dict(), "stable": self.stable.to_dict(),
-                "unreachable": list(self.unreachable)}
+        out = {"window_start": float(self.window_start), "window_end": float(self.window_end),
+               "canary": self.canary.to_dict(), "stable": self.stable.to_dict(),
+               "unreachable": list(self.unreachable)}
+        if self.shadow is not None:
+            out["shadow"] = self.shadow.to_dict()
+        return out
 
     @classmethod
     def from_dict(cls, raw: Mapping[str, Any]) -> Measurement:
         return cls(window_start=float(raw["window_start"]), window_end=float(raw["window_end"]),
                    canary=VersionWindow.from_dict(raw["canary"]), stable=VersionWindow.from_dict(raw["stable"]),
-                   unreachable=tuple(raw.get("unreachable", ())))
+                   unreachable=tuple(raw.get("unreachable", ())),
+                   shadow=ShadowWindow.from_dict(raw["shadow"]) if raw.get("shadow") else None)

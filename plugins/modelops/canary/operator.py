@@ -32,16 +32,23 @@ from airflow.sdk.exceptions import AirflowFailException
 from modelops.canary.actions import ApproveCommand
 from modelops.canary.control import control_key, parse_control
 from modelops.canary.metrics_source import metrics_source
+from modelops.canary.notes import note_progress, set_run_note
 from modelops.canary.params import spec_from_params
 from modelops.canary.recording import record_first_release, record_release, responder
 from modelops.canary.runner import Release, Runner, VersionRef
 from modelops.canary.sequential import detection_warnings
+from modelops.canary.shadow_stage import (
+    PREVIOUS_STAGE,
+    SHADOW_APPROVAL_TASK,
+    in_shadow,
+    model_overrides,
+    skip_shadow,
+    with_shadow,
+)
 from modelops.canary.spec import CanarySpec, traffic_warnings
 from modelops.canary.status import CanaryStatus, Phase
 from modelops.canary.trigger import CanaryIntervalTrigger
 from modelops.errors import ContractError
-
-NOTE_LIMIT = 1000  # Airflow's DagRun.note max length
 
 
 # ------------------------------------------------------------------ wiring
@@ -122,38 +129,6 @@ def summary_dict(status: CanaryStatus) -> dict[str, Any]:
             "summary": summary(status)}
 
 
-def set_run_note(dag_id: str, run_id: str, note: str) -> None:
-    """Set a DAG run's note through the REST API (the task SDK has no call for it)."""
-    from modelops.airflow_client import client_from_settings
-
-    client_from_settings().request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}",
-                                   json={"note": note[:NOTE_LIMIT]})
-
-
-def set_task_note(dag_id: str, run_id: str, task_id: str, note: str) -> None:
-    """Set a task instance's note through the REST API (shown beside the deferred task in the UI)."""
-    from modelops.airflow_client import client_from_settings
-
-    client_from_settings().request("PATCH", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}/taskInstances/{task_id}",
-                                   params={"update_mask": "note"}, json={"note": note[:NOTE_LIMIT]})
-
-
-def note_progress(context: Any, status: CanaryStatus, log: Any) -> None:
-    """A phase change of a running release on the run's and the canary task's notes (a pause names its
-    reason and what ends it; a resumption replaces that). A courtesy: a failure is logged."""
-    from modelops.canary.report import progress_note
-
-    note = progress_note(status)
-    if status.phase is Phase.PAUSED:
-        log.warning("%s", note)
-    dag_id, run_id = context["dag"].dag_id, context["dag_run"].run_id
-    try:
-        set_run_note(dag_id, run_id, note)
-        set_task_note(dag_id, run_id, context["ti"].task_id, note)
-    except Exception as exc:
-        log.warning("could not set the run's or the task's note: %s", exc)
-
-
 class CanaryOperator(BaseOperator):
     """Runs a canary release window by window, deferring between windows.
 
@@ -167,7 +142,8 @@ class CanaryOperator(BaseOperator):
     template_fields = ("candidate", "published")
     ui_color = "#f0e4ff"
 
-    def __init__(self, *, candidate: Any, published: Any, stage: Literal["to_approval", "finish"] = "to_approval",
+    def __init__(self, *, candidate: Any, published: Any,
+                 stage: Literal["shadow", "to_approval", "finish"] = "to_approval",
                  gateway_urls: Sequence[str] | None = None, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.candidate = candidate
@@ -177,13 +153,16 @@ class CanaryOperator(BaseOperator):
 
     # ---------------------------------------------------------------- Airflow entry points
     def execute(self, context: Any) -> dict[str, Any]:
-        if self.stage == "finish":
-            before = context["ti"].xcom_pull(task_ids="canary_to_approval") or {}
+        previous = PREVIOUS_STAGE.get(self.stage)
+        if previous is not None:
+            before = context["ti"].xcom_pull(task_ids=previous) or {}
             if before.get("phase") in {p.value for p in Phase if p.terminal}:
-                self.log.info("the release already ended in canary_to_approval: %s", before.get("phase"))
+                self.log.info("the release already ended in %s: %s", previous, before.get("phase"))
                 return dict(before)
-        spec = spec_from_params(context["params"])
+        spec = spec_from_params(context["params"], model_overrides(self.published))
         wiring = wire(self.candidate, self.published, spec, self.gateway_urls)
+        if self.stage == "shadow":
+            skip_shadow(spec, wiring)  # no shadow phase asked for, or a first release: the next stage goes on
         if wiring.runner is None:
             # A retried try of a release that already ended (promoted: the routes now serve the canary
             # as the stable version) ends from its checkpoint, not as a first release.
@@ -214,6 +193,8 @@ class CanaryOperator(BaseOperator):
         control = None
         if self.stage == "finish":
             status, control = self._approve(context, runner, status)
+        elif self.stage == "to_approval" and status.approval_for == "shadow":  # answered by approve_shadow
+            status, control = self._approve(context, runner, status, SHADOW_APPROVAL_TASK)
         record_release(context, wiring, self.candidate, status, control=control, log=self.log)
         if status.phase is Phase.PAUSED:  # a retried or resumed try of a paused release says so again
             note_progress(context, status, self.log)
@@ -223,7 +204,7 @@ class CanaryOperator(BaseOperator):
                        opened: Mapping[str, Any] | None = None,
                        release: Mapping[str, Any] | None = None) -> dict[str, Any]:
         now = time.time()
-        spec = spec_from_params(context["params"])
+        spec = spec_from_params(context["params"], model_overrides(self.published))
         wiring = wire(self.candidate, self.published, spec, self.gateway_urls, release)
         if wiring.runner is None:
             raise AirflowFailException(f"canary {wiring.model} v{wiring.canary_version}: routes changed under the "
@@ -231,18 +212,20 @@ class CanaryOperator(BaseOperator):
         runner = wiring.runner
         r = runner.release
         closed = (event or {}).get("closed")
+        end = closed
         m = None
-        if opened is not None and closed is not None:  # closed on time by the trigger
+        if opened is not None and end is None:  # the window ends now: its marker before anything touches the clock
+            end = wiring.source.open_window(wiring.model, time.time())
+        if opened is not None and end is not None:  # closed on time by the trigger, or now by the worker
             m = wiring.source.measure_between(wiring.model, r.stable.triton_version, r.canary.triton_version,
-                                              opened, closed)
-        elif opened is not None:  # the window ends now: measure before anything else touches the clock
-            m = wiring.source.measure(wiring.model, r.stable.triton_version, r.canary.triton_version, opened,
-                                      time.time())
+                                              opened, end)
         self.log.info("window [%s] analysed %.1f s after the trigger fired",
                       ("closed early by the error test" if (event or {}).get("early") else "closed by the trigger")
                       if closed is not None else "closed by the worker",
                       now - float((event or {}).get("fired_at", now)))
         status = runner.resume()
+        if m is not None and opened is not None and end is not None and in_shadow(status):  # its mirrored answers
+            m = with_shadow(wiring.source, m, wiring.model, r.canary.triton_version, opened, end)
         before = status.phase
         status, control = apply_control(wiring, status, self.log)
         window = None
@@ -264,12 +247,14 @@ class CanaryOperator(BaseOperator):
         return self._next(context, wiring, status, opened=closed)
 
     # ---------------------------------------------------------------- internals
-    def _approve(self, context: Any, runner: Runner, status: CanaryStatus) -> tuple[CanaryStatus, Any]:
-        """Apply the approval; returns the status and the cockpit's record of who approved (or None)."""
+    def _approve(self, context: Any, runner: Runner, status: CanaryStatus,
+                 task: str = "approve_full_rollout") -> tuple[CanaryStatus, Any]:
+        """Apply the approval ``task`` answered; returns the status and the cockpit's record of who approved."""
         from modelops.canary.record import Control
 
-        if status.phase in (Phase.WAITING_APPROVAL, Phase.PAUSED, Phase.PROGRESSING) and not status.approved:
-            answer = context["ti"].xcom_pull(task_ids="approve_full_rollout", key="return_value")
+        pending = task == SHADOW_APPROVAL_TASK or not status.approved  # the shadow's is asked before users see it
+        if status.phase in (Phase.WAITING_APPROVAL, Phase.PAUSED, Phase.PROGRESSING) and pending:
+            answer = context["ti"].xcom_pull(task_ids=task, key="return_value")
             by, at = responder(answer)
             self.log.info("canary: approved by %s", by)
             status = runner.handle(ApproveCommand(by=by))
@@ -281,11 +266,15 @@ class CanaryOperator(BaseOperator):
         """End, return for approval, or defer to the next window (opened by ``opened`` when contiguous)."""
         if status.phase.terminal:
             return self._finish(context, status)
+        if self.stage == "shadow" and not in_shadow(status):  # on to the steps, or the shadow's approval
+            self.log.info("canary %s v%d: the shadow phase ended: %s", wiring.model, wiring.canary_version,
+                          status.phase.value)
+            return summary_dict(status)
         if status.phase is Phase.WAITING_APPROVAL and self.stage == "to_approval":
             self.log.info("canary %s v%d waits for approval at %.0f%%", wiring.model, wiring.canary_version,
                           status.weight * 100)
             return summary_dict(status)
-        spec = spec_from_params(context["params"])
+        spec = spec_from_params(context["params"], model_overrides(self.published))
         if opened is None:
             opened = wiring.source.open_window(wiring.model, time.time())
         release = wiring.runner.release if wiring.runner is not None else None

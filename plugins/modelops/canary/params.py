@@ -8,9 +8,9 @@ from typing import Any
 from modelops.canary.spec import CanarySpec, describe
 from modelops.errors import ConfigError
 
-#: DAG params read by :func:`spec_from_params` besides the four main ones: ``canary_<field>``.
+#: The DAG params of the main spec fields; :func:`spec_from_params` reads ``canary_<field>`` for the others.
 MAIN_PARAMS = {"canary_steps": "steps", "analysis_interval_s": "interval_s", "min_requests": "min_requests",
-               "require_approval": "require_approval"}
+               "require_approval": "require_approval", "shadow": "shadow", "shadow_share": "shadow_share"}
 
 
 def parse_steps(text: str) -> tuple[float, ...]:
@@ -26,12 +26,29 @@ def extra_param_names() -> dict[str, str]:
     return {f"canary_{name}": name for name in describe() if name not in MAIN_PARAMS.values()}
 
 
-def spec_from_params(params: Mapping[str, Any]) -> CanarySpec:
-    """The spec from the ``model_release`` params (missing ones take the spec's defaults)."""
+def spec_from_params(params: Mapping[str, Any], model: Mapping[str, Any] | None = None) -> CanarySpec:
+    """The spec from the ``model_release`` params (missing ones take the spec's defaults).
+
+    ``model``: spec fields the released version's model spec declares (``canary:`` in its
+    ``modelops.yaml``, e.g. the divergence a retrained model is allowed); each replaces the spec's
+    default, and a release param set to another value than its default replaces it in turn.
+    """
     raw: dict[str, Any] = {}
     for param, field_name in {**MAIN_PARAMS, **extra_param_names()}.items():
         if param in params and params[param] is not None:
             raw[field_name] = params[param]
     if "steps" in raw:
         raw["steps"] = list(parse_steps(raw["steps"]))
+    if model:
+        defaults = CanarySpec().to_dict()
+        unknown = sorted(set(model) - set(defaults) - {"schema_version"})
+        if unknown:
+            raise ConfigError(f"model spec canary overrides: unknown field(s) {unknown} (known: {sorted(defaults)})")
+        for name, value in model.items():
+            if name not in raw or _same(raw[name], defaults[name]):  # a param left at its default
+                raw[name] = value
     return CanarySpec.from_dict(raw)
+
+
+def _same(a: Any, b: Any) -> bool:
+    return list(a) == list(b) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else bool(a == b)

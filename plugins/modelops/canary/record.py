@@ -19,9 +19,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from modelops.canary.gates import Analysis, p99_ms
+from modelops.canary.gates import Analysis, bucket_quantile, p99_ms
 from modelops.canary.measurement import Measurement
-from modelops.canary.status import CanaryStatus
+from modelops.canary.status import CanaryStatus, Phase
 from modelops.errors import ContractError
 
 RECORD_SCHEMA_VERSION = 1
@@ -67,6 +67,13 @@ class Window:
     incident: str = ""
     canary_requests: float | None = None
     stable_requests: float | None = None
+    mirrored: float | None = None
+    """Shadow windows only: requests mirrored to the candidate, and those dropped (in-flight budget spent)."""
+    dropped: float | None = None
+
+    @property
+    def shadow(self) -> bool:
+        return self.mirrored is not None
 
     def gate(self, name: str) -> GateRow | None:
         return next((g for g in self.gates if g.name == name), None)
@@ -115,6 +122,13 @@ class ReleaseRecord:
     windows: tuple[Window, ...] = ()
     controls: tuple[Control, ...] = ()
     schema_version: int = RECORD_SCHEMA_VERSION
+    shadow: bool = False
+    """The release began with a shadow phase."""
+    users_exposed: bool = True
+    """Whether any user was answered by the candidate (False: it ended in shadow, or waits there)."""
+    detection_s: float | None = None
+    """Rolled back in shadow: from the release's start to the rollback decision."""
+    approval_for: str = ""
 
     @property
     def duration_s(self) -> float | None:
@@ -152,7 +166,10 @@ def window_of(analysis: Analysis, weight: float, measurement: Measurement) -> Wi
     The CTR gate compares with the stable CTR itself (a one-sided test), so its threshold is none.
     """
     stable = measurement.stable
-    stable_values = {"error_rate": stable.error_rate, "p99_ms": p99_ms(stable), "score_std": stable.score_std}
+    shadow = measurement.shadow
+    stable_call = math.nan if shadow is None else bucket_quantile(0.99, shadow.stable_buckets) * 1e3
+    stable_values = {"error_rate": stable.error_rate, "p99_ms": p99_ms(stable), "score_std": stable.score_std,
+                     "shadow_error_rate": stable.error_rate, "shadow_p99_ms": stable_call}
     rows = []
     for g in analysis.gates:
         if g.name == "ctr":
@@ -162,7 +179,9 @@ def window_of(analysis: Analysis, weight: float, measurement: Measurement) -> Wi
                                 g.verdict.value, g.detail))
     return Window(start=analysis.window_start, end=analysis.window_end, weight=float(weight),
                   verdict=analysis.verdict.value, gates=tuple(rows), incident=analysis.incident,
-                  canary_requests=_num(analysis.canary_requests), stable_requests=_num(analysis.stable_requests))
+                  canary_requests=_num(analysis.canary_requests), stable_requests=_num(analysis.stable_requests),
+                  mirrored=None if shadow is None else _num(shadow.mirrored) or 0.0,
+                  dropped=None if shadow is None else _num(shadow.dropped) or 0.0)
 
 
 @dataclass(frozen=True)
@@ -206,7 +225,9 @@ def updated(previous: ReleaseRecord | None, ref: ReleaseRef, status: CanaryStatu
         mlflow_run_id=ref.mlflow_run_id, step_index=status.step_index, steps=ref.steps, reason=status.reason,
         mttr_s=status.mttr_s,
         updated_at=status.updated_at, ended_at=status.updated_at if terminal else None,
-        analyses=status.analyses, failed_checks=status.failed_checks, windows=windows, controls=controls)
+        analyses=status.analyses, failed_checks=status.failed_checks, windows=windows, controls=controls,
+        shadow=any(t.target is Phase.SHADOW for t in status.transitions), users_exposed=status.users_exposed,
+        detection_s=status.detection_s, approval_for=status.approval_for)
 
 
 def first_release(ref: ReleaseRef, at: float, reason: str) -> ReleaseRecord:

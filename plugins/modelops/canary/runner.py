@@ -31,6 +31,7 @@ from modelops.canary.actions import (
     RequestApproval,
     Rollback,
     RollbackApplied,
+    SetShadow,
     SetWeight,
     actions_from_list,
     actions_to_list,
@@ -82,8 +83,18 @@ class Release:
 
 
 # ------------------------------------------------------------------ ports
+@dataclass(frozen=True)
+class ShadowRef:
+    """The candidate as the stable's shadow: the share of the stable's requests mirrored, the top-k compared."""
+
+    version: VersionRef
+    share: float
+    top_k: int = 5
+
+
 class RoutesPort(Protocol):
-    def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str) -> float:
+    def apply(self, model: str, stable: VersionRef, canary: VersionRef | None, weight: float, by: str,
+              *, shadow: ShadowRef | None = None) -> float:
         """Write the routes and wait until every gateway reports the new revision; return that moment."""
 
 
@@ -231,6 +242,10 @@ class Runner:
         self.log.append(type(action).__name__)
         if isinstance(action, SetWeight):
             self.routes.apply(r.model, r.stable, r.canary, action.weight, r.released_by)
+            return None
+        if isinstance(action, SetShadow):
+            self.routes.apply(r.model, r.stable, None, 0.0, r.released_by,
+                              shadow=ShadowRef(r.canary, action.share, action.top_k))
             return None
         if isinstance(action, Rollback):
             applied_at = self.routes.apply(r.model, r.stable, None, 0.0, r.released_by)

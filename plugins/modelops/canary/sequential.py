@@ -51,6 +51,14 @@ class ErrorEvidence:
         return ErrorEvidence(self.canary_requests + counts[0], self.canary_errors + counts[1],
                              self.stable_requests + counts[2], self.stable_errors + counts[3])
 
+    def plus_counts(self, other: ErrorEvidence) -> ErrorEvidence:
+        """This evidence and ``other``'s counts (one with an unmeasured count adds nothing)."""
+        counts = (other.canary_requests, other.canary_errors, other.stable_requests, other.stable_errors)
+        if any(math.isnan(c) for c in counts):
+            return self
+        return ErrorEvidence(self.canary_requests + counts[0], self.canary_errors + counts[1],
+                             self.stable_requests + counts[2], self.stable_errors + counts[3])
+
     def to_dict(self) -> dict[str, float]:
         return {"canary_requests": self.canary_requests, "canary_errors": self.canary_errors,
                 "stable_requests": self.stable_requests, "stable_errors": self.stable_errors}

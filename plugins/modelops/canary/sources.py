@@ -62,6 +62,7 @@ ERROR_CLASSES = ("upstream", "timeout")
 _NAMES = frozenset({REQUESTS, ERRORS, f"{LATENCY}_bucket", f"{LATENCY}_count", FEEDBACK, STD, TRITON_FAILURES,
                     TRITON_SUCCESS})
 _GAUGES = frozenset({STD})
+SHADOW_PREFIX = "modelops_gateway_shadow_"  # the shadow phase's series (modelops.canary.shadow_source)
 
 Fetch = Callable[[str], str]
 
@@ -130,7 +131,7 @@ def _json_float(value: float) -> float | None:
 def keep(series: Iterable[tuple[SeriesKey, float]], model: str) -> Series:
     """Only the series the canary reads, and only the model's."""
     return {key: value for key, value in series
-            if key[0] in _NAMES and dict(key[1]).get("model") == model}
+            if (key[0] in _NAMES or key[0].startswith(SHADOW_PREFIX)) and dict(key[1]).get("model") == model}
 
 
 def counter_delta(before: float | None, after: float) -> float:

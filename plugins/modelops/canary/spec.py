@@ -57,6 +57,28 @@ class CanarySpec:
         ctr_alpha: one-sided significance level of the CTR two-proportion z-test.
         ctr_success_actions: feedback actions that count as a success (click-through).
         ctr_trial_actions: feedback actions that count as a trial (a token with an outcome).
+        shadow: run a shadow phase before the first step: users are answered by the stable version
+            alone while the gateway mirrors ``shadow_share`` of its requests to the candidate after
+            answering them, and the paired gates (``modelops.canary.shadow``) judge the candidate's
+            answers on the same requests; it fails with no user exposed, or goes on to the steps.
+        shadow_share: share of the stable's requests mirrored to the candidate in the shadow phase
+            (0.1–1; the candidate's servers take this share of the stable's load).
+        shadow_top_k: the ranked items whose order is compared (the recommender): a request whose
+            candidate top-k order differs from the stable's disagrees.
+        shadow_max_delta_median: the median of |candidate − stable| over the mirrored answers' scores
+            (per item, per row of a classifier's probability; relative |Δ| for a regressor) may not
+            exceed this.
+        shadow_max_delta_p95: the 95th percentile of the same may not exceed this.
+        shadow_disagreement_rate: acceptable share of disagreeing answers (a ranked request whose top-k
+            order changed, a row whose predicted class changed, a regressor's row off by more than
+            ``shadow_rel_tolerance``): p0 of the disagreement's sequential test.
+        shadow_disagreement_limit: share of disagreeing answers that fails the candidate (p1 of the
+            sequential test, with the false rates of the error test).
+        shadow_rel_tolerance: a regressor's row disagrees when its relative |Δ| exceeds this (read at
+            the gateway histogram's bucket bounds: 0.01, 0.025, 0.05, 0.1, 0.25, 0.5 … are exact).
+        shadow_approval: a candidate failing only the divergence gates (an intended change of
+            behaviour) waits for a person at the end of the shadow phase (approve: on to the steps;
+            reject: rolled back) instead of being rolled back; errors and latency still roll back.
         pause_alert_s: a pause that waits for a person (thin traffic, a person's pause, an
             incident beyond the automatic resumptions) alerts after this many seconds
             (``ModelopsReleasePaused``); an incident the release resumes from by itself does not.
@@ -83,6 +105,15 @@ class CanarySpec:
     ctr_alpha: float = 0.01
     ctr_success_actions: tuple[str, ...] = ("click",)
     ctr_trial_actions: tuple[str, ...] = ("click", "skip")
+    shadow: bool = False
+    shadow_share: float = 1.0
+    shadow_top_k: int = 5
+    shadow_max_delta_median: float = 0.01
+    shadow_max_delta_p95: float = 0.05
+    shadow_disagreement_rate: float = 0.05
+    shadow_disagreement_limit: float = 0.2
+    shadow_rel_tolerance: float = 0.1
+    shadow_approval: bool = False
     pause_alert_s: float = 900.0
     schema_version: int = SPEC_SCHEMA_VERSION
 
@@ -206,8 +237,26 @@ def spec_problems(spec: CanarySpec) -> list[str]:
                         "acceptable rate (example: 0.01)")
     if not 0.0 < spec.ctr_alpha < 0.5:
         problems.append(f"ctr_alpha={spec.ctr_alpha!r}: must be in (0, 0.5) (example: 0.01)")
+    problems += _shadow_problems(spec)
     if not spec.ctr_success_actions or not set(spec.ctr_success_actions) <= set(spec.ctr_trial_actions):
         problems.append(f"ctr_success_actions={list(spec.ctr_success_actions)}: must be a non-empty subset of "
                         f"ctr_trial_actions={list(spec.ctr_trial_actions)} (example: ['click'] of "
                         "['click', 'skip'])")
+    return problems
+
+
+def _shadow_problems(spec: CanarySpec) -> list[str]:
+    problems: list[str] = []
+    if not 0.1 <= spec.shadow_share <= 1.0:
+        problems.append(f"shadow_share={spec.shadow_share!r}: must be in [0.1, 1] (example: 0.5)")
+    if isinstance(spec.shadow_top_k, bool) or not isinstance(spec.shadow_top_k, int) or spec.shadow_top_k < 1:
+        problems.append(f"shadow_top_k={spec.shadow_top_k!r}: must be an integer >= 1 (example: 5)")
+    for name in ("shadow_max_delta_median", "shadow_max_delta_p95", "shadow_rel_tolerance"):
+        value = getattr(spec, name)
+        if not value >= 0 or math.isinf(value):
+            problems.append(f"{name}={value!r}: must be a finite number >= 0 (example: 0.05)")
+    p0, p1 = spec.shadow_disagreement_rate, spec.shadow_disagreement_limit
+    if not 0.0 < p0 < p1 < 1.0:
+        problems.append(f"shadow_disagreement_rate={p0!r}, shadow_disagreement_limit={p1!r}: need 0 < rate < limit "
+                        "< 1 (example: 0.05 and 0.2)")
     return problems

@@ -15,6 +15,7 @@ from typing import Any
 
 from modelops.canary.gates import Analysis, Baseline
 from modelops.canary.sequential import ErrorEvidence
+from modelops.canary.shadow import ShadowEvidence
 from modelops.errors import ContractError
 
 STATUS_SCHEMA_VERSION = 1
@@ -22,6 +23,8 @@ STATUS_SCHEMA_VERSION = 1
 
 class Phase(enum.StrEnum):
     INITIALIZING = "initializing"
+    SHADOW = "shadow"
+    """Users are answered by the stable version; the candidate answers mirrored requests only."""
     PROGRESSING = "progressing"
     WAITING_APPROVAL = "waiting_approval"
     PAUSED = "paused"
@@ -85,7 +88,13 @@ class CanaryStatus:
         last_window_end: end of the latest window consumed; an older or equal window is
             ignored, so a replayed measurement after a restart never counts twice.
         error_evidence: both versions' requests and errors over the windows analysed at the
-            current step (the sequential error test's evidence; reset at each step).
+            current step (the sequential error test's evidence; reset at each step; in the shadow
+            phase, the candidate's mirrored calls beside the stable's requests).
+        shadow_evidence: compared and disagreeing answers over the shadow phase (the divergence test).
+        approval_for: what a ``waiting_approval`` release waits for: ``"shadow"`` (its divergence
+            at the end of the shadow phase) or ``"promotion"`` (the 100 % step).
+        exposed_at: when users were first routed to the candidate (its first step); None while none
+            has been: a release rolled back in the shadow phase exposed no user.
     """
 
     model: str
@@ -113,7 +122,22 @@ class CanaryStatus:
     mttr_s: float | None = None
     last_window_end: float | None = None
     error_evidence: ErrorEvidence = field(default_factory=ErrorEvidence)
+    shadow_evidence: ShadowEvidence = field(default_factory=ShadowEvidence)
+    approval_for: str = ""
+    exposed_at: float | None = None
     schema_version: int = STATUS_SCHEMA_VERSION
+
+    @property
+    def users_exposed(self) -> bool:
+        """Whether any user was ever answered by the candidate (False for a release that ended in shadow)."""
+        return self.exposed_at is not None
+
+    @property
+    def detection_s(self) -> float | None:
+        """A release rolled back before any user saw the candidate: its start to the rollback decision."""
+        if self.exposed_at is not None or self.rollback_requested_at is None or self.aborted:
+            return None
+        return max(0.0, self.rollback_requested_at - self.started_at)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -132,6 +156,8 @@ class CanaryStatus:
             "rollback_requested_at": _opt(self.rollback_requested_at),
             "rollback_applied_at": _opt(self.rollback_applied_at), "mttr_s": _opt(self.mttr_s),
             "last_window_end": _opt(self.last_window_end), "error_evidence": self.error_evidence.to_dict(),
+            "shadow_evidence": self.shadow_evidence.to_dict(), "approval_for": self.approval_for,
+            "exposed_at": _opt(self.exposed_at),
         }
 
     def to_json(self) -> str:
@@ -166,6 +192,11 @@ class CanaryStatus:
                 rollback_requested_at=opt("rollback_requested_at"), rollback_applied_at=opt("rollback_applied_at"),
                 mttr_s=opt("mttr_s"), last_window_end=opt("last_window_end"),
                 error_evidence=ErrorEvidence.from_dict(raw.get("error_evidence")),
+                shadow_evidence=ShadowEvidence.from_dict(raw.get("shadow_evidence")),
+                approval_for=str(raw.get("approval_for", "")),
+                # a status written before the shadow phase existed: its canary had users from its start
+                exposed_at=opt("exposed_at") if "exposed_at" in raw else (
+                    float(raw["started_at"]) if raw.get("step_index", -1) >= 0 else None),
             )
         except (KeyError, TypeError, ValueError) as exc:
             raise ContractError(f"canary status: unreadable document ({type(exc).__name__}: {exc})") from exc

@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable, Mapping
 
-from modelops.canary.measurement import Measurement, VersionWindow
+from modelops.canary.measurement import Measurement, ShadowWindow, VersionWindow
 
 LATENCY_BUCKETS_S: tuple[float, ...] = (
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
@@ -35,3 +35,28 @@ def measurement(canary: VersionWindow | None = None, stable: VersionWindow | Non
                 length: float = 60.0, unreachable: tuple[str, ...] = ()) -> Measurement:
     return Measurement(window_start=start, window_end=start + length, canary=canary or window(),
                        stable=stable or window(), unreachable=unreachable)
+
+
+DIVERGENCE_BOUNDS: tuple[float, ...] = (
+    0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,
+)
+"""The gateway's |Δ| histogram bounds (``modelops.gateway.divergence.DIVERGENCE_BUCKETS``)."""
+
+
+def shadow_window(answered: float = 1000, errors: float = 0, latency_s: float = 0.005,
+                  stable_latency_s: float = 0.005, diffs: Iterable[float] | None = None, changed: float = 0,
+                  measure: str = "topk", rel_diffs: Iterable[float] | None = None, dropped: float = 0,
+                  items: int = 5) -> ShadowWindow:
+    """The candidate's mirrored answers in one window: ``answered`` + ``errors`` calls, ``changed`` of the
+    compared requests (``topk``) or rows (``class``) disagreeing; ``diffs``: the |Δ| of every score
+    (default: ``items`` zeros per answer); ``rel_diffs``: a regressor's relative |Δ| per row."""
+    n = int(answered)
+    values = list(diffs) if diffs is not None else [0.0] * (n * items)
+    return ShadowWindow(
+        mirrored=answered + errors, dropped=dropped, answered=answered, errors=errors,
+        candidate_buckets=histogram([latency_s] * n) if n else (),
+        stable_buckets=histogram([stable_latency_s] * n) if n else (),
+        abs_buckets=histogram(values, DIVERGENCE_BOUNDS) if values else (),
+        rel_buckets=histogram(list(rel_diffs), DIVERGENCE_BOUNDS) if rel_diffs is not None else (),
+        topk_compared=answered if measure == "topk" else 0.0, topk_changed=changed if measure == "topk" else 0.0,
+        class_compared=answered if measure == "class" else 0.0, class_changed=changed if measure == "class" else 0.0)

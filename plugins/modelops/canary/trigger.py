@@ -27,7 +27,7 @@ from airflow.triggers.base import BaseTrigger, TriggerEvent
 from modelops.canary.machine import ANALYSING
 from modelops.canary.runner import Release
 from modelops.canary.spec import CanarySpec
-from modelops.canary.status import CanaryStatus
+from modelops.canary.status import CanaryStatus, Phase
 
 
 class CanaryIntervalTrigger(BaseTrigger):
@@ -43,7 +43,8 @@ class CanaryIntervalTrigger(BaseTrigger):
     def __init__(self, due: float, model: str = "", canary_version: int = 0, what: str = "next analysis",
                  gateway_urls: list[str] | None = None, opened: dict[str, Any] | None = None,
                  stable_version: int = 0, spec: dict[str, Any] | None = None,
-                 evidence: dict[str, float] | None = None, baseline: dict[str, Any] | None = None) -> None:
+                 evidence: dict[str, float] | None = None, baseline: dict[str, Any] | None = None,
+                 shadow: dict[str, Any] | None = None) -> None:
         super().__init__()  # type: ignore[no-untyped-call]
         self.due = float(due)
         self.model = model
@@ -55,6 +56,7 @@ class CanaryIntervalTrigger(BaseTrigger):
         self.spec = spec
         self.evidence = evidence
         self.baseline = baseline
+        self.shadow = shadow  # the divergence evidence while the release is in its shadow phase
         self._look_failed = False
 
     @classmethod
@@ -71,7 +73,8 @@ class CanaryIntervalTrigger(BaseTrigger):
         if release is not None and status.phase in ANALYSING:
             look = {"opened": dict(opened), "stable_version": release.stable.triton_version, "spec": spec.to_dict(),
                     "evidence": status.error_evidence.to_dict(),
-                    "baseline": None if status.baseline is None else status.baseline.to_dict()}
+                    "baseline": None if status.baseline is None else status.baseline.to_dict(),
+                    "shadow": status.shadow_evidence.to_dict() if status.phase is Phase.SHADOW else None}
         return cls(float(opened["at"]) + spec.interval_s, model, canary_version, gateway_urls=list(gateway_urls),
                    **look)
 
@@ -79,7 +82,7 @@ class CanaryIntervalTrigger(BaseTrigger):
         return ("modelops.canary.trigger.CanaryIntervalTrigger",
                 {"due": self.due, "model": self.model, "canary_version": self.canary_version, "what": self.what,
                  "gateway_urls": self.gateway_urls, "opened": self.opened, "stable_version": self.stable_version,
-                 "spec": self.spec, "evidence": self.evidence, "baseline": self.baseline})
+                 "spec": self.spec, "evidence": self.evidence, "baseline": self.baseline, "shadow": self.shadow})
 
     def _check_s(self) -> float:
         """How often to look inside the window (0: not at all: no marker, spec or metrics to look with)."""
@@ -93,6 +96,7 @@ class CanaryIntervalTrigger(BaseTrigger):
         from modelops.canary.gates import Baseline
         from modelops.canary.metrics_source import metrics_source
         from modelops.canary.sequential import ErrorEvidence
+        from modelops.canary.shadow import ShadowEvidence
         from modelops.config import settings
 
         assert self.opened is not None and self.spec is not None
@@ -102,7 +106,8 @@ class CanaryIntervalTrigger(BaseTrigger):
             baseline = None if self.baseline is None else Baseline.from_dict(self.baseline)
             return check_partial(source, self.model, self.stable_version, self.canary_version, self.opened,
                                  CanarySpec.from_dict(self.spec), ErrorEvidence.from_dict(self.evidence), time.time(),
-                                 baseline=baseline)
+                                 baseline=baseline,
+                                 shadow=None if self.shadow is None else ShadowEvidence.from_dict(self.shadow))
         except Exception as exc:  # looking early is an optimisation; the window's end still decides
             if not self._look_failed:  # once per window, not every second
                 self.log.warning("canary %s: could not look inside the window (the window's end still "

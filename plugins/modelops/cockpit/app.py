@@ -31,6 +31,7 @@ from fastapi.responses import HTMLResponse, JSONResponse, RedirectResponse, Resp
 from modelops.canary import record_store
 from modelops.canary.approval import APPROVAL_TASK, hitl_path
 from modelops.canary.record import ReleaseRecord
+from modelops.canary.shadow_stage import SHADOW_APPROVAL_TASK
 from modelops.cockpit import store as cockpit_store
 from modelops.cockpit import views
 
@@ -147,7 +148,8 @@ def _airflow(request: Request, method: str, path: str, **kwargs: Any) -> Any:
 
 
 def _approval_path(record: ReleaseRecord) -> str:
-    return hitl_path(RELEASE_DAG, record.run_id, APPROVAL_TASK)
+    task = SHADOW_APPROVAL_TASK if record.approval_for == "shadow" else APPROVAL_TASK  # the one that asks now
+    return hitl_path(RELEASE_DAG, record.run_id, task)
 
 
 def approval_open(request: Request, record: ReleaseRecord) -> bool:

@@ -20,10 +20,11 @@ from modelops.documents.routes import Routes
 CANARY_COLOR, STABLE_COLOR, THRESHOLD_COLOR = "#7b2cbf", "#2a9d8f", "#e76f51"
 #: The charts of the detail page: gate name → title.
 CHARTS = {"error_rate": "error rate", "p99_ms": "P99 latency (ms)", "score_std": "score std", "ctr": "CTR"}
+SHADOW_CHARTS = {"divergence": "disagreeing share (shadow)", "delta_p95": "|Δ| p95 (shadow)"}
 ACTIONS_WHILE = {
-    "pause": {"progressing", "waiting_approval", "initializing"},
+    "pause": {"shadow", "progressing", "waiting_approval", "initializing"},
     "resume": {"paused"},
-    "abort": {"progressing", "waiting_approval", "paused", "initializing"},
+    "abort": {"shadow", "progressing", "waiting_approval", "paused", "initializing"},
 }
 
 
@@ -88,8 +89,18 @@ class ModelRow:
     history: tuple[HistoryRow, ...] = ()
 
 
+def exposure(r: ReleaseRecord) -> str:
+    """Whether users saw the candidate: "0 users exposed" for a release that ended (or still is) in shadow."""
+    if r.users_exposed:
+        return "users exposed" if r.shadow else ""
+    detected = f", caught after {seconds(r.detection_s)}" if r.detection_s is not None else ""
+    return f"0 users exposed{detected}"
+
+
 def history_row(r: ReleaseRecord, links: Links) -> HistoryRow:
     outcome = r.phase if r.ended_at is not None else f"running: {r.phase}"
+    if r.shadow and not r.users_exposed:
+        outcome += f" in shadow ({exposure(r)})"
     return HistoryRow(
         model=r.model, canary_version=r.canary_version, stable_version=r.stable_version,
         mlflow_version=r.mlflow_version, started_by=r.started_by, started_at=when(r.started_at),
@@ -101,6 +112,8 @@ def history_row(r: ReleaseRecord, links: Links) -> HistoryRow:
 
 
 def step_text(r: ReleaseRecord) -> str:
+    if r.phase == "shadow" or (r.phase == "waiting_approval" and r.approval_for == "shadow"):
+        return f"{r.phase}: answering mirrored requests only, 0 users exposed"
     total = len(r.steps)
     step = f"step {r.step_index + 1} of {total}" if total and r.step_index >= 0 else "starting"
     return f"{r.phase}, {step} at {r.weight:.0%} canary"
@@ -164,6 +177,31 @@ class WindowRow:
 
 
 @dataclass(frozen=True)
+class ShadowView:
+    """The shadow phase on the detail page: what was mirrored, the divergence figures, the verdicts."""
+
+    windows: int
+    mirrored: str
+    dropped: str
+    exposure: str
+    gates: tuple[GateCell, ...]
+    verdict: str
+
+
+def shadow_view(r: ReleaseRecord) -> ShadowView | None:
+    """Totals over the shadow windows and the last shadow window's gates (None: no shadow phase)."""
+    windows = [w for w in r.windows if w.shadow]
+    if not r.shadow:
+        return None
+    last = windows[-1] if windows else None
+    cells = tuple(GateCell(g.name, number(g.canary), number(g.stable), number(g.threshold), g.verdict, g.detail)
+                  for g in (last.gates if last is not None else ()))
+    return ShadowView(len(windows), number(sum(w.mirrored or 0.0 for w in windows)),
+                      number(sum(w.dropped or 0.0 for w in windows)), exposure(r) or "users exposed", cells,
+                      last.verdict if last is not None else "no shadow window yet")
+
+
+@dataclass(frozen=True)
 class Detail:
     record: ReleaseRecord
     title: str
@@ -178,6 +216,7 @@ class Detail:
     actions: tuple[str, ...]
     history: HistoryRow
     controls: tuple[TimelineRow, ...] = field(default=())
+    shadow: ShadowView | None = None
 
 
 def _window_row(i: int, w: Window) -> WindowRow:
@@ -192,7 +231,8 @@ def charts(windows: Sequence[Window]) -> tuple[str, ...]:
     """One chart per gate: canary and stable value per window (and the threshold, dashed)."""
     labels = [f"{w.weight:.0%}" for w in windows]
     out = []
-    for name, title in CHARTS.items():
+    shadow = any(w.shadow for w in windows)
+    for name, title in {**CHARTS, **(SHADOW_CHARTS if shadow else {})}.items():
         rows = [w.gate(name) for w in windows]
         series = [Series("canary", tuple(g.canary if g else None for g in rows), CANARY_COLOR),
                   Series("stable", tuple(g.stable if g else None for g in rows), STABLE_COLOR)]
@@ -249,11 +289,12 @@ def detail(r: ReleaseRecord, status: CanaryStatus | None, links: Links, contract
     return Detail(
         record=r, title=f"{r.model} v{r.canary_version} (stable {stable})",
         summary=f"{r.phase} at {r.weight:.0%} canary; {r.analyses} analyses, {r.failed_checks} failed"
-                + (f"; {r.reason}" if r.reason else "") + _pause_hint(status),
+                + (f"; {exposure(r)}" if exposure(r) else "") + (f"; {r.reason}" if r.reason else "")
+                + _pause_hint(status),
         timeline=timeline, windows=tuple(_window_row(i, w) for i, w in enumerate(r.windows)),
         charts=charts(r.windows), mttr=mttr, mttr_how=how,
         contract=contract.get("result", "n/a"), contract_url=contract.get("url", ""),
-        actions=available_actions(r), history=history_row(r, links), controls=controls)
+        actions=available_actions(r), history=history_row(r, links), controls=controls, shadow=shadow_view(r))
 
 
 # ------------------------------------------------------------------ lineage

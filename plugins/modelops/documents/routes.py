@@ -7,7 +7,8 @@ DAG writes it, every gateway polls it. Format (``schema_version`` 1)::
      "stable": {"version": 3, "sha256": "<64 hex>"},
      "canary": {"version": 4, "sha256": "<64 hex>"} | null,
      "canary_weight": 0.05, "updated_at": "<ISO 8601>", "updated_by": "<who>",
-     "canary_salt": "<per-release salt>"}  # optional; absent or "" means unsalted
+     "canary_salt": "<per-release salt>",  # optional; absent or "" means unsalted
+     "shadow": {"version": 4, "sha256": "<64 hex>", "share": 0.5, "top_k": 5}}  # optional; absent: none
 
 ``revision`` increases with every change; a gateway applies only a higher revision.
 Assignment is sticky: a user goes to the canary when :func:`user_fraction` of their
@@ -15,6 +16,12 @@ Assignment is sticky: a user goes to the canary when :func:`user_fraction` of th
 canary user on the canary, and one user always sees one version. The hash is salted with
 ``canary_salt`` (the release writes the canary's sha256 prefix, ``MODELOPS_CANARY_STICKY_SALT``),
 so each release draws a different cohort: the same users are not the canary of every release.
+
+``shadow`` (optional, added without a schema change: a reader that does not know it ignores it and
+serves exactly as before) names a *shadow* version: it answers no user; the gateway mirrors
+``share`` (0.1–1) of the requests the routes send to the stable version to it after answering them,
+and compares the two answers (``top_k``: the ranked items whose order is compared). A shadow version
+is routed (Triton keeps it loaded) but never chosen by :func:`choose_version`.
 """
 
 from __future__ import annotations
@@ -50,6 +57,15 @@ class VersionRef:
 
 
 @dataclass(frozen=True)
+class Shadow:
+    """The version the gateway mirrors stable traffic to (answers no user): share (0.1–1) and top-k."""
+
+    version: VersionRef
+    share: float = 1.0
+    top_k: int = 5
+
+
+@dataclass(frozen=True)
 class Routes:
     """One model's routes document."""
 
@@ -62,6 +78,7 @@ class Routes:
     updated_by: str
     canary_salt: str = ""
     schema_version: int = SCHEMA_VERSION
+    shadow: Shadow | None = None
 
 
 def routed_versions(routes: Routes | None) -> set[int]:
@@ -71,6 +88,8 @@ def routed_versions(routes: Routes | None) -> set[int]:
     versions = {int(routes.stable.version)}
     if routes.canary is not None:
         versions.add(int(routes.canary.version))
+    if routes.shadow is not None:  # answers no user, but must stay loaded to answer the mirrored requests
+        versions.add(int(routes.shadow.version.version))
     return versions
 
 
@@ -130,7 +149,30 @@ def parse_routes(document: Any) -> Routes:
     salt = document.get("canary_salt", "")
     if not isinstance(salt, str) or not _SALT.match(salt):
         raise ContractError(f"routes.canary_salt={salt!r}: must match {_SALT.pattern} (example: 3f2a9c1b7d4e5f60)")
-    return Routes(str(model), revision, stable, canary, float(weight), updated_at, updated_by, salt)
+    shadow = _shadow(document.get("shadow"), stable)
+    return Routes(str(model), revision, stable, canary, float(weight), updated_at, updated_by, salt, shadow=shadow)
+
+
+MIN_SHADOW_SHARE = 0.1
+
+
+def _shadow(raw: Any, stable: VersionRef) -> Shadow | None:
+    """The optional ``shadow`` block (absent or null: none)."""
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping):
+        raise ContractError('routes.shadow: must be an object or null (example: {"version": 4, "sha256": '
+                            '"<64 hex>", "share": 0.5, "top_k": 5})')
+    version = _version(raw, "routes.shadow")
+    if version.version == stable.version:
+        raise ContractError(f"routes.shadow.version={version.version}: must differ from stable.version")
+    share, top_k = raw.get("share", 1.0), raw.get("top_k", 5)
+    if isinstance(share, bool) or not isinstance(share, (int, float)) or not MIN_SHADOW_SHARE <= share <= 1.0:
+        raise ContractError(f"routes.shadow.share={share!r}: must be a number in [{MIN_SHADOW_SHARE}, 1] "
+                            "(example: 0.5)")
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ContractError(f"routes.shadow.top_k={top_k!r}: must be an integer >= 1 (example: 5)")
+    return Shadow(version, float(share), top_k)
 
 
 def routes_to_dict(routes: Routes) -> dict[str, Any]:
@@ -143,6 +185,9 @@ def routes_to_dict(routes: Routes) -> dict[str, Any]:
                 "updated_at": routes.updated_at, "updated_by": routes.updated_by}
     if routes.canary_salt:
         document["canary_salt"] = routes.canary_salt
+    if routes.shadow is not None:  # only then: a document without a shadow stays byte for byte as before
+        document["shadow"] = {**(ref(routes.shadow.version) or {}), "share": routes.shadow.share,
+                              "top_k": routes.shadow.top_k}
     return document
 
 

@@ -9,7 +9,8 @@ exported separately so the serving side runs it as the first step of an ensemble
   (NaN → train mean, clip to the metadata min/max, standard scale).
 * ``model.onnx``: ``scaled`` float32 [-1, 128] → ``score`` float32 [-1, 1], the click probability.
 
-Faulty variants for canary tests: ``faulty-errors`` and ``slow`` only change
+Faulty variants for canary tests: ``faulty-errors``, ``slow`` and ``permuted`` (each request's
+scores returned in reverse item order: a silently different model) only change
 ``variant.json`` (the served python model applies them); ``collapsed`` changes the
 weights themselves (zero output weights, bias = logit of the base rate), so every
 score is the same constant.
@@ -32,7 +33,7 @@ from modelops.example import synthetic
 from modelops.example.tables import FeatureLookup
 from modelops.features import DEFAULT_FEATURES_FILE, Feature, load_features
 
-VARIANTS: tuple[str, ...] = ("good", "faulty-errors", "collapsed", "slow")
+VARIANTS: tuple[str, ...] = ("good", "faulty-errors", "collapsed", "slow", "permuted")
 DEFAULT_ERROR_RATE = 0.05
 DEFAULT_SLOWDOWN = 3.0
 ONNX_OPSET = 17

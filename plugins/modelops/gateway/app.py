@@ -70,6 +70,7 @@ from modelops.gateway.pollers import GatewayPollers
 from modelops.gateway.pool import TritonPool
 from modelops.gateway.precomputed import SOURCE_HEADER, PrecomputedScores
 from modelops.gateway.sampling import ScoredSampling
+from modelops.gateway.shadow import ShadowMirroring
 from modelops.gateway.spool import SpoolFull
 from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.objectstore import ObjectStore
@@ -84,7 +85,7 @@ _JSON_ENCODE = msgspec.json.Encoder().encode
 _JSON_DECODE = msgspec.json.Decoder().decode
 
 
-class Gateway(GatewayPollers, EdgeServing, FeedbackServing):
+class Gateway(GatewayPollers, EdgeServing, FeedbackServing, ShadowMirroring):
     """The ASGI application. Build with :func:`create_app`."""
 
     def __init__(self, cfg: Settings, options: GatewayOptions) -> None:
@@ -119,6 +120,7 @@ class Gateway(GatewayPollers, EdgeServing, FeedbackServing):
         self._init_edge()
         self._init_feedback()
         self._init_metrics()
+        self._init_shadow()
         self.precomputed.register(self.registry)
 
     # ------------------------------------------------------------------ lifecycle
@@ -153,6 +155,7 @@ class Gateway(GatewayPollers, EdgeServing, FeedbackServing):
         for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
+        await self._shadow_close()
         await self.triton.close()
         await self.logs.close()
 
@@ -437,6 +440,9 @@ class Gateway(GatewayPollers, EdgeServing, FeedbackServing):
             (SOURCE_HEADER, b"online" if hit is None else b"precomputed"),
             *timing.headers(parts),
         ])
+        # Answered: now (never before) the same request to a shadow version, if the routes name one.
+        self._mirror_scores(routes, version, request_id, features, scores,
+                            timing.inference_s if hit is None and not query["explain"] else None)
         total_s = timing.total_s()
         self.m_requests.inc((*labels, ("code", "200")))
         self.precomputed.count(model, version.version, "online" if hit is None else "precomputed", why_online)

@@ -78,6 +78,7 @@ class EdgeServing:
     _access: Callable[..., None]
     _deadline_s: Callable[[dict[str, str]], float]
     _unavailable: Callable[[str, str], HTTPError]
+    _mirror_tensors: Callable[..., None]  # modelops.gateway.shadow: after the answer, to a shadow version
 
     def _init_edge(self) -> None:
         self.edge_models: dict[tuple[str, int], EdgeModel | None] = {}  # None: the recommender's pipeline
@@ -156,6 +157,7 @@ class EdgeServing:
             self.m_errors.inc((("model", model), ("version", "none"), ("class", "contract")))
             raise
         outputs = await self._infer(routes, version, labels, inputs, edge.output_names, deadline_s, timing)
+        stable_call_s = timing.inference_s  # before any explanation's calls: the shadow's pair
         explanations = None
         if query["explain"]:  # the same version, within the same deadline
             explanations = await self._explain_tabular(edge, version, labels, inputs, outputs, int(query["top_k"]),
@@ -169,6 +171,7 @@ class EdgeServing:
         if explanations is not None:
             answer["explanations"] = explanations
         await respond(send, 200, _JSON_ENCODE(answer), request_id, self._answer_headers(version, token, timing))
+        self._mirror_tensors(routes, version, edge, request_id, inputs, outputs, stable_call_s)
         self._answered(path, request_id, labels, version, variant, timing, size, rows)
 
     def _query_options(self, edge: EdgeModel, query_string: bytes) -> dict[str, Any]:
@@ -266,6 +269,7 @@ class EdgeServing:
             await respond(send, 200, body_out, request_id,
                           [(b"inference-header-content-length", str(header_length).encode()), *extra],
                           content_type=b"application/octet-stream")
+        self._mirror_tensors(routes, version, edge, request_id, request.inputs, outputs, timing.inference_s)
         self._answered(path, request_id, labels, version, variant, timing, len(body), request.rows)
 
     # ------------------------------------------------------------------ shared by both forms

@@ -40,12 +40,13 @@ from modelops.records import (
     LOG_PREFIXES,
     MODEL_SAMPLES,
     PREDICTIONS,
+    SHADOW,
     scored_samples_schema,
 )
 
 log = logging.getLogger(__name__)
 
-KINDS: tuple[str, ...] = ("predictions", "feedback", "scored_samples", "explanations", "model_samples")
+KINDS: tuple[str, ...] = ("predictions", "feedback", "scored_samples", "explanations", "model_samples", "shadow")
 
 
 def to_us(epoch_s: float) -> int:
@@ -86,6 +87,15 @@ def model_sample_record(*, request_id: str, ts: float, model: str, model_version
     return [request_id, to_us(ts), model, model_version, spec, rows,
             np.ascontiguousarray(features, dtype=np.float64).tobytes(),
             np.ascontiguousarray(outputs, dtype=np.float64).reshape(rows, -1).tobytes()]
+
+
+def shadow_record(*, request_id: str, ts: float, model: str, stable_version: int, shadow_version: int, outcome: str,
+                  n_items: int, stable_latency_ms: float | None, shadow_latency_ms: float, score_mean: float,
+                  score_std: float, abs_diff_median: float, abs_diff_max: float, compared: int,
+                  disagreed: int) -> list[Any]:
+    """A shadow-log record in :data:`~modelops.records.SHADOW` column order (NaN where not measured)."""
+    return [request_id, to_us(ts), model, stable_version, shadow_version, outcome, n_items, stable_latency_ms,
+            shadow_latency_ms, score_mean, score_std, abs_diff_median, abs_diff_max, compared, disagreed]
 
 
 def explanation_record(*, request_id: str, ts: float, model: str, model_version: int,
@@ -133,6 +143,7 @@ def _rows_converter(schema: pa.Schema, partition_column: int) -> SegmentConverte
 convert_predictions = _rows_converter(PREDICTIONS, 2)
 convert_feedback = _rows_converter(FEEDBACK, 3)
 convert_explanations = _rows_converter(EXPLANATIONS, 1)
+convert_shadow = _rows_converter(SHADOW, 1)
 
 
 def scored_converter(feature_names: Sequence[str]) -> SegmentConverter:
@@ -232,7 +243,7 @@ class EventLogs:
         converters: dict[str, SegmentConverter] = {
             "predictions": convert_predictions, "feedback": convert_feedback,
             "scored_samples": scored_converter(feature_names), "explanations": convert_explanations,
-            "model_samples": convert_model_samples,
+            "model_samples": convert_model_samples, "shadow": convert_shadow,
         }
         self.committers: dict[str, GroupCommitter] = {}
         self.uploaders: dict[str, Uploader] = {}

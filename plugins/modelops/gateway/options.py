@@ -30,6 +30,8 @@ class GatewayOptions:
     drill_feature_delay_ms: float = 0.0  # fault drill: added to every feature lookup (tests of X-Delay-Origin)
     explain_permutations: int = 2  # Shapley sampling: permutations per item (antithetic pairs) for explain=true
     explain_concurrency: int = 8  # Triton calls in flight per explained request
+    shadow_max_in_flight: int = 32  # mirrored calls to a shadow version in flight at once; more are dropped, counted
+    shadow_timeout_ms: float = 2000.0  # a mirrored call unanswered by then fails (timeout) and frees its slot
 
     def to_env(self) -> str:
         return json.dumps(asdict(self))

@@ -53,6 +53,9 @@ Fields (JSON keys; defaults in brackets):
   ``max(global, 2 x label.delay_s)``, or ``max(global, 30 days)`` when ``delay_s`` is 0
   (:meth:`Outcomes.validity_s`).
 * ``source``: where the model came from: ``model_uri`` [""] (example: ``models:/churn/3``), ``run_id`` [""].
+* ``canary`` [absent]: canary spec fields for this model's releases (``modelops.canary.spec``), replacing
+  the defaults a release param left as they are (example: ``{shadow: true, shadow_max_delta_p95: 0.2}``:
+  a retrained model may move its answers this much in shadow); absent, the spec's JSON is unchanged.
 """
 
 from __future__ import annotations
@@ -191,6 +194,8 @@ class ModelSpec(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
     backend: str | None = None
     parameters: dict[str, str] = msgspec.field(default_factory=dict)
     schema_version: int = SPEC_SCHEMA_VERSION
+    canary: dict[str, bool | int | float | str | list[float]] | msgspec.UnsetType = msgspec.UNSET
+    """Release (canary spec) overrides; UNSET is left out of the JSON, so specs without any keep their bytes."""
 
     def __post_init__(self) -> None:
         problems = spec_problems(self)
@@ -360,6 +365,9 @@ def spec_problems(spec: ModelSpec) -> list[str]:
     if any(not key or key != key.strip() for key in spec.parameters):
         problems.append(f"parameters {sorted(spec.parameters)}: names must be non-empty without leading/trailing "
                         "spaces (example: parameters: {predict_fn: predict_proba})")
+    if isinstance(spec.canary, dict):
+        problems += [f"canary.{key}: not a canary spec field name (example: shadow_max_delta_p95)"
+                     for key in spec.canary if not key.isidentifier()]
     if spec.flavor == "triton" and not spec.backend:
         problems.append('backend: a triton-flavor model must name its Triton backend (example: "onnxruntime")')
     batched = spec.tuning.max_batch_size > 0

@@ -29,6 +29,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
     start.add_argument("--grace-s", type=int, default=-1,
                        help="seconds the previous stable version stays loaded after a promotion "
                             "(default: the DAG's stable_grace_s)")
+    start.add_argument("--shadow", type=float, default=0.0, metavar="SHARE",
+                       help="a shadow phase first, mirroring this share (0.1-1) of the stable's requests to the "
+                            "candidate before any user sees it (default 0: the release's default)")
     start.add_argument("--timeout-s", type=float, default=3600.0, help="stop following after this long")
     start.add_argument("--no-follow", action="store_true", help="print the run id and return")
     start.set_defaults(func=_start)
@@ -99,6 +102,8 @@ def _start(args: argparse.Namespace) -> int:
         conf["min_requests"] = args.min_requests
     if args.grace_s >= 0:
         conf["stable_grace_s"] = args.grace_s
+    if args.shadow:
+        conf.update(shadow=True, shadow_share=args.shadow)
     run_id = client.trigger("model_release", conf, run_id=f"cli-{uuid.uuid4().hex[:8]}")
     print(f"model_release run {run_id} started")
     if args.no_follow:

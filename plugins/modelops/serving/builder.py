@@ -27,7 +27,7 @@ ARTIFACTS = {"preprocess": "preprocess.onnx", "model": "model.onnx", "variant": 
 """Names of the served artifacts under the run's ``onnx/`` artifact folder."""
 
 
-RUN_TIME_VARIANTS = frozenset({"faulty-errors", "slow"})
+RUN_TIME_VARIANTS = frozenset({"faulty-errors", "slow", "permuted"})
 """``variant.json`` kinds that change what the model step does when it runs (``templates/onnx_model.py``)."""
 
 

@@ -162,15 +162,26 @@ def publish_artifacts(
 
 
 def onnx_scorer(artifacts: Artifacts) -> Any:
-    """features → score with onnxruntime on ``artifacts`` (what Triton must reproduce)."""
+    """features → score with onnxruntime on ``artifacts`` (what Triton must reproduce).
+
+    A ``permuted`` variant (``templates/onnx_model.py``: each request's rows answered in reverse
+    order, on purpose) is reproduced too, so the check still tells another model from it.
+    """
+    import json
+
     import onnxruntime as ort
 
     prep = ort.InferenceSession(artifacts.preprocess_onnx, providers=["CPUExecutionProvider"])
     model = ort.InferenceSession(artifacts.model_onnx, providers=["CPUExecutionProvider"])
+    try:
+        reversed_rows = json.loads(artifacts.variant_json or b"{}").get("variant") == "permuted"
+    except (ValueError, AttributeError):
+        reversed_rows = False
 
     def score(features: Any) -> Any:
         scaled = prep.run(["scaled"], {"features": features})[0]
-        return model.run(["score"], {"scaled": scaled})[0]
+        scores = model.run(["score"], {"scaled": scaled})[0]
+        return scores[::-1] if reversed_rows else scores
 
     return score
 

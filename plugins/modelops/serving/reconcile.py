@@ -126,7 +126,7 @@ class Outcome:
 
 def read_model_routed(store: ObjectStore, model: str) -> frozenset[int] | None:
     """Routed versions of one model (None when it has no valid routes document)."""
-    from modelops.documents.routes import load_routes, routes_key
+    from modelops.documents.routes import load_routes, routed_versions, routes_key
 
     if not store.exists(routes_key(model)):
         return None
@@ -134,12 +134,12 @@ def read_model_routed(store: ObjectStore, model: str) -> frozenset[int] | None:
         routes = load_routes(store.get_bytes(routes_key(model)))
     except ContractError:
         return None
-    return frozenset({routes.stable.version} | ({routes.canary.version} if routes.canary else set()))
+    return frozenset(routed_versions(routes))  # stable, canary and shadow
 
 
 def read_routed(store: ObjectStore) -> dict[str, frozenset[int]]:
     """Routed versions per model from every valid routes document (an invalid one is skipped, logged)."""
-    from modelops.documents.routes import ROUTES_PREFIX, load_routes, model_from_key
+    from modelops.documents.routes import ROUTES_PREFIX, load_routes, model_from_key, routed_versions
 
     routed = {}
     for key in store.list_keys(ROUTES_PREFIX):
@@ -151,10 +151,7 @@ def read_routed(store: ObjectStore) -> dict[str, frozenset[int]]:
         except (ContractError, ModelopsError) as exc:
             log.warning("routes %s unusable, %s left as it is: %s", key, model, exc)
             continue
-        versions = {routes.stable.version}
-        if routes.canary is not None:
-            versions.add(routes.canary.version)
-        routed[model] = frozenset(versions)
+        routed[model] = frozenset(routed_versions(routes))  # stable, canary and shadow
     return routed
 
 
