@@ -1,8 +1,10 @@
 """Publish per flavor: from "the MLflow version exists" to "Triton serves it, verified", beside a bare Triton load.
 
 For each flavor of the zoo — an sklearn breast-cancer classifier (30 columns, skl2onnx), a LightGBM
-diabetes regressor (10 columns, onnxmltools) and a raw ONNX graph with two inputs of different
-dtypes — ``rounds`` models are logged and registered (not timed), then each is published with
+diabetes regressor (10 columns, onnxmltools), a raw ONNX graph with two inputs of different
+dtypes, a ``triton``-flavor model directory (python backend) and a models-from-code ``pyfunc`` (served
+by Triton's python backend running the MLflow model) — ``rounds`` models are logged and registered
+(not timed), then each is published with
 :func:`modelops.serving.spec_publish.publish_model`: download from MLflow, derive the spec, read the
 evaluation sample, convert + parity-check (converted flavors), upload with verification, mirror,
 load, config check, Triton's answers against the framework's own. Timed apart, on the same
@@ -77,7 +79,36 @@ def _log_onnx(seed: int) -> Any:
     return mlflow.onnx.log_model(graph, name="model", signature=signature, input_example=example)
 
 
-FLAVORS: dict[str, Callable[[int], Any]] = {"sklearn": _log_sklearn, "lightgbm": _log_lightgbm, "onnx": _log_onnx}
+_WORK = Path(tempfile.mkdtemp(prefix="modelops-bench-flavors-"))
+
+
+def _log_triton(seed: int) -> Any:
+    """A Triton model directory (python backend, ``y = 2x + 1``) with the triton flavor, its sample under eval/."""
+    import mlflow
+    import numpy as np
+    from mlflow.models import Model
+
+    from tests.unit.test_flavor_triton import TritonFlavor, affine_sample, write_affine_folder
+
+    work = _WORK / f"triton-{seed}-{uuid.uuid4().hex[:6]}"
+    folder = write_affine_folder(work / "src")
+    np.savez(work / "sample.npz", **affine_sample(20))
+    mlflow.log_artifact(str(work / "sample.npz"), "eval")
+    return Model.log(None, name="model", flavor=TritonFlavor, triton_model_path=str(folder))
+
+
+def _log_pyfunc(seed: int) -> Any:
+    """A models-from-code pyfunc (two outputs) that no converter takes: served by Triton's python backend."""
+    from tests.unit.test_flavor_pyfunc import log_scorer
+
+    work = _WORK / f"pyfunc-{seed}-{uuid.uuid4().hex[:6]}"
+    work.mkdir(parents=True)
+    return log_scorer(work)
+
+
+FLAVORS: dict[str, Callable[[int], Any]] = {"sklearn": _log_sklearn, "lightgbm": _log_lightgbm, "onnx": _log_onnx,
+                                            "triton": _log_triton, "pyfunc": _log_pyfunc}
+CONVERTED = ("sklearn", "lightgbm")
 
 
 def _register(mlflow_uri: str, name: str, log: Callable[[int], Any], seed: int) -> str:
@@ -165,8 +196,8 @@ def bench(args: argparse.Namespace) -> None:
     for flavor in FLAVORS:
         p, c, a = (statistics.median(v[flavor]) for v in (publish, conversion, anchor))
         ratios.append(f"{flavor} {p / a:.2f}x")
-        what = ("sample + the model's own answers (served as logged, no conversion)" if flavor == "onnx" else
-                f"conversion + parity, {c / p:.0%} of the publish (goal <= 20%)")
+        what = (f"conversion + parity, {c / p:.0%} of the publish (goal <= 20%)" if flavor in CONVERTED else
+                "sample + the model's own answers (served as logged, no conversion)")
         print(f"  {flavor:9s} publish {p * 1000:6.0f} ms, {what} {c * 1000:5.0f} ms, "
               f"bare Triton load + infer {a * 1000:5.0f} ms")
     print(f"\nratio publish / bare Triton load (medians): {', '.join(ratios)}")
@@ -181,8 +212,11 @@ def main() -> None:
     if args.rounds < 3:
         parser.error(f"--rounds: at least 3 (medians); got {args.rounds}")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-    on_private_stack(args.port_base or None, "modelops-bench-flavors-", lambda: bench(args),
-                     only=["objectstore", "mlflow", "triton"], MODELOPS_OBSERVABILITY="off")
+    try:
+        on_private_stack(args.port_base or None, "modelops-bench-flavors-", lambda: bench(args),
+                         only=["objectstore", "mlflow", "triton"], MODELOPS_OBSERVABILITY="off")
+    finally:
+        shutil.rmtree(_WORK, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -59,6 +59,8 @@ _BASE = int(os.environ.get("MODELOPS_TEST_PORT_BASE", "24000"))
 PORTS = Ports(prometheus=_BASE + 610, pushgateway=_BASE + 617, alertmanager=_BASE + 612, relay=_BASE + 613,
               statsd=_BASE + 614, statsd_bridge=_BASE + 615)
 PUSHED = ("modelops_drift_", "modelops_feedback_")  # the batch-result panels: filled with the batch model
+LABELLED = ("modelops_outcome_",)  # the outcome panels: filled with LABELLED_MODEL (an action and a label)
+LABELLED_MODEL = "churn-observed"
 INTERVAL_S = 1.0
 
 
@@ -170,8 +172,14 @@ def test_every_dashboard_panel_returns_series(observability: Observability, batc
     _airflow_task_metrics(monkeypatch)
     _traffic(gateway, 8.0)
 
-    expressions = [(where, fill(expr, batch_runs.model if any(name in expr for name in PUSHED) else MODEL))
-                   for d in DASHBOARDS for where, expr in queries(d)]
+    labelled = _push_labelled_outcomes(observability.pushgateway)
+
+    def model_of(expr: str) -> str:
+        if any(name in expr for name in LABELLED):
+            return LABELLED_MODEL
+        return batch_runs.model if any(name in expr for name in PUSHED) else MODEL
+
+    expressions = [(where, fill(expr, model_of(expr))) for d in DASHBOARDS for where, expr in queries(d)]
     empty: list[str] = []
     deadline = time.monotonic() + 30.0
     while time.monotonic() < deadline:
@@ -197,6 +205,27 @@ def test_every_dashboard_panel_returns_series(observability: Observability, batc
     weighted = observability.query(f"modelops_drift_feature_weighted_score{{{selector}}}")
     assert {s["metric"]["feature"] for s in weighted} == {f["name"] for f in drift["features"]}
     assert observability.query(f'modelops_release_phase{{model="{MODEL}",phase="progressing"}}')
+    # The realized performance of a labelled model, as the outcome job's document of the day says.
+    auc = observability.query(f'modelops_outcome_performance{{model="{LABELLED_MODEL}",metric="auc"}}')
+    assert [float(s["value"][1]) for s in auc] == [pytest.approx(labelled["label"]["metrics"]["auc"])]
+
+
+def _push_labelled_outcomes(pushgateway: str) -> dict[str, Any]:
+    """A labelled model's outcome document of today (the outcome job's builders), pushed as the job pushes it."""
+    from datetime import UTC, datetime, timedelta
+
+    from modelops.feedback.outcome_metrics import OutcomeSums, outcome_document, version_entry
+    from modelops.observability.pushed import outcome_groups, push_groups
+
+    now = datetime.now(UTC)
+    sums = OutcomeSums(LABELLED_MODEL, 2, now.date().isoformat(), impressions=10, acted={"approve": 6}, labelled=4,
+                       scored=4, positives=2, correct=3, log_loss_sum=2.0, squared_sum=0.5, auc_sum=3.0,
+                       delay_p50_s=60.0, delay_p90_s=600.0)
+    entry = version_entry(sums, ("approve",), "binary")
+    doc = outcome_document(model=LABELLED_MODEL, day=sums.day, entries=[entry], start=now - timedelta(days=1),
+                           end=now, window_hours=24.0)
+    assert push_groups(pushgateway, outcome_groups([doc])) == 1
+    return entry
 
 
 def test_prediction_collapse_alert_fires_and_reaches_the_notifier(

@@ -197,3 +197,37 @@ def test_poisson_tail_matches_scipy(k: int, mean: float) -> None:
 
     expected = 1.0 if k <= 0 else float(poisson.sf(k - 1, mean))
     assert poisson_at_least(k, mean) == pytest.approx(expected, rel=0.05, abs=1e-12)
+
+
+# ------------------------------------------------------------------ gates per model
+OPERATIONAL = CanarySpec(min_requests=100, ctr_min_tokens=200, gates=("error_rate", "p99_ms", "score_std"))
+
+
+def test_only_the_specs_gates_run_and_decide() -> None:
+    worse_ctr = measurement(window(feedback={"click": 50, "skip": 950}), window(feedback={"click": 100, "skip": 900}))
+    assert evaluate(SPEC, worse_ctr).verdict is Verdict.FAILED  # the default spec counts clicks
+    analysis = evaluate(OPERATIONAL, worse_ctr)
+    assert [g.name for g in analysis.gates] == ["error_rate", "p99_ms", "score_std"]
+    assert analysis.gate("ctr") is None and analysis.verdict is Verdict.PASSED
+    collapsed = measurement(window(std=0.0), window())
+    assert evaluate(OPERATIONAL, collapsed).verdict is Verdict.FAILED  # the operational gates still judge
+    only_errors = CanarySpec(gates=("error_rate",))
+    slow = measurement(window(latency_s=2.0), window())
+    assert [g.name for g in evaluate(only_errors, slow).gates] == ["error_rate"]
+    assert evaluate(only_errors, slow).verdict is Verdict.PASSED
+    unreachable = evaluate(OPERATIONAL, measurement(unreachable=("gateway-1",)))
+    assert [g.name for g in unreachable.gates] == ["error_rate", "p99_ms", "score_std"]
+    assert unreachable.verdict is Verdict.INCONCLUSIVE
+
+
+def test_operational_gates_stay_inconclusive_on_thin_traffic() -> None:
+    thin = measurement(window(requests=20, errors=10), window(requests=20))
+    analysis = evaluate(OPERATIONAL, thin)
+    assert analysis.verdict is Verdict.INCONCLUSIVE
+    assert all(g.verdict is Verdict.INCONCLUSIVE for g in analysis.gates)
+
+
+@pytest.mark.parametrize("gates", [(), ("error_rate", "error_rate"), ("auc",), "error_rate"])
+def test_gates_must_be_known_distinct_and_some(gates: object) -> None:
+    with pytest.raises(ConfigError, match=r"gates=.*distinct names among"):
+        CanarySpec.from_dict({"gates": gates})

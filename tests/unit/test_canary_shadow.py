@@ -315,3 +315,22 @@ def test_the_runner_writes_the_shadow_into_the_routes_then_the_first_step_withou
     routes = next_routes(None, "m", stable, None, 0.0, "tests", datetime.now(UTC), shadow=ShadowRef(candidate, 0.5, 3))
     assert routes.shadow is not None and (routes.shadow.version.version, routes.shadow.share) == (2, 0.5)
     assert routes.canary is None and routes.canary_weight == 0.0
+
+
+def test_model_gates_follow_the_models_outcomes() -> None:
+    from modelops.canary.params import with_model_gates
+
+    # the recommender (click / purchase / skip, or nothing declared): every gate, CTR included
+    assert "gates" not in with_model_gates({}, ("click", "purchase", "skip"))
+    # a labelled model takes no actions: the operational gates alone
+    labelled = with_model_gates({"shadow": True}, ())
+    assert labelled == {"shadow": True, "gates": ["error_rate", "p99_ms", "score_std"]}
+    # other actions: the CTR gate counts clicks, so it goes unless the spec names its own success actions
+    assert with_model_gates({}, ("like", "dismiss"))["gates"] == ["error_rate", "p99_ms", "score_std"]
+    own = {"ctr_success_actions": ["like"], "ctr_trial_actions": ["like", "dismiss"]}
+    assert "gates" not in with_model_gates(own, ("like", "dismiss"))
+    # the spec's canary.gates is the model owner's word
+    assert with_model_gates({"gates": ["error_rate", "ctr"]}, ())["gates"] == ["error_rate", "ctr"]
+    spec = spec_from_params({}, with_model_gates({}, ()))
+    assert spec.gates == ("error_rate", "p99_ms", "score_std")
+    assert spec_from_params({"canary_gates": ["error_rate"]}, with_model_gates({}, ())).gates == ("error_rate",)

@@ -221,3 +221,27 @@ def test_model_info_is_read_from_the_published_version_folder() -> None:
     assert '"triton_version": 4' in text
     assert model_info(Store(), "s3://other/triton/repository/", "rec", "4") == ""  # type: ignore[arg-type]
     assert model_info(Store(), "s3://platform/triton/repository/", "rec", "5") == ""  # type: ignore[arg-type]
+
+
+def test_the_detail_page_says_which_gates_judged_the_release() -> None:
+    status = _status()
+    labelled = dataclasses.replace(REF, gates=("error_rate", "p99_ms", "score_std"))
+    record = updated(None, labelled, status)
+    assert ReleaseRecord.from_dict(record.to_dict()).gates == ("error_rate", "p99_ms", "score_std")
+    page = views.detail(record, status, LINKS, {})
+    assert page.gates.startswith("canary gates: error_rate, p99_ms, score_std — operational gates only")
+    every = views.detail(updated(None, dataclasses.replace(REF, gates=("error_rate", "p99_ms", "score_std", "ctr")),
+                                 status), status, LINKS, {})
+    assert every.gates == "canary gates: error_rate, p99_ms, score_std, ctr"
+    old = {k: v for k, v in record.to_dict().items() if k != "gates"}  # a record written before gates were chosen
+    assert views.detail(ReleaseRecord.from_dict(old), status, LINKS, {}).gates == ""
+
+
+def test_the_lineage_page_shows_a_labelled_models_realized_performance_by_day() -> None:
+    tags = {"modelops.outcome.2026-11-02": "coverage=0.8 auc=0.91 log_loss=0.31",
+            "modelops.outcome.2026-11-01": "coverage=0.95 auc=0.9 log_loss=0.33", "modelops.triton_version": "2"}
+    page = views.lineage("churn", "2", "Production", ["champion"], "r1", tags, "", [], {}, LINKS)
+    assert page.outcome_by_day == (("2026-11-01", "0.95", "auc 0.9, log_loss 0.33"),
+                                   ("2026-11-02", "0.8", "auc 0.91, log_loss 0.31"))
+    assert page.ctr_by_day == ()
+    assert views.lineage("rec", "7", "Production", [], "r1", {}, "", [], {}, LINKS).outcome_by_day == ()

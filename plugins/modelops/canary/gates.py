@@ -12,14 +12,14 @@ from __future__ import annotations
 
 import enum
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Any
 
 from modelops.canary.measurement import Measurement, VersionWindow
 from modelops.canary.sequential import ErrorEvidence, sprt
-from modelops.canary.spec import CanarySpec
+from modelops.canary.spec import GATES, CanarySpec
 
 NAN = math.nan
 
@@ -324,7 +324,7 @@ def baseline_of(spec: CanarySpec, m: Measurement) -> Baseline | None:
 
 def evaluate(spec: CanarySpec, m: Measurement, baseline: Baseline | None = None,
              evidence: ErrorEvidence | None = None) -> Analysis:
-    """Run every gate over one window and combine them (see :class:`Analysis`).
+    """Run the spec's gates (``spec.gates``) over one window and combine them (see :class:`Analysis`).
 
     ``evidence``: the error counts of the earlier windows at the current step (the error
     gate tests them together with this window).
@@ -332,10 +332,13 @@ def evaluate(spec: CanarySpec, m: Measurement, baseline: Baseline | None = None,
     if m.unreachable:
         reason = "unreachable: " + ", ".join(m.unreachable)
         gates = tuple(GateResult(name, NAN, NAN, Verdict.INCONCLUSIVE, reason, required=name != "ctr")
-                      for name in ("error_rate", "p99_ms", "score_std", "ctr"))
+                      for name in spec.gates)
         return Analysis(m.window_start, m.window_end, Verdict.INCONCLUSIVE, gates,
                         canary_requests=m.canary.requests, stable_requests=m.stable.requests)
-    gates = (error_gate(spec, m, evidence), latency_gate(spec, m), collapse_gate(spec, m), ctr_gate(spec, m))
+    run: dict[str, Callable[[], GateResult]] = {
+        "error_rate": lambda: error_gate(spec, m, evidence), "p99_ms": lambda: latency_gate(spec, m),
+        "score_std": lambda: collapse_gate(spec, m), "ctr": lambda: ctr_gate(spec, m)}
+    gates = tuple(run[name]() for name in GATES if name in spec.gates)  # the spec's gates, in a fixed order
     if any(g.verdict is Verdict.FAILED for g in gates):
         verdict = Verdict.FAILED
     elif any(g.required and g.verdict is Verdict.INCONCLUSIVE for g in gates):

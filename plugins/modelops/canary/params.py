@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from modelops.canary.spec import CanarySpec, describe
+from modelops.canary.spec import OPERATIONAL_GATES, CanarySpec, describe
 from modelops.errors import ConfigError
 
 #: The DAG params of the main spec fields; :func:`spec_from_params` reads ``canary_<field>`` for the others.
@@ -52,3 +52,21 @@ def spec_from_params(params: Mapping[str, Any], model: Mapping[str, Any] | None 
 
 def _same(a: Any, b: Any) -> bool:
     return list(a) == list(b) if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)) else bool(a == b)
+
+
+def with_model_gates(overrides: Mapping[str, Any], actions: Sequence[str]) -> dict[str, Any]:
+    """The model spec's canary overrides with the gates its outcomes allow.
+
+    ``actions``: the feedback actions the model takes (:meth:`~modelops.modelspec.spec.Outcomes.accepted_actions`).
+    A model whose ``canary:`` names its ``gates`` keeps them; otherwise one whose actions do not
+    include every ``ctr_success_actions`` (its own, or the spec's default ``click``) — a labelled model,
+    a model with other actions — runs on :data:`~modelops.canary.spec.OPERATIONAL_GATES` alone: its
+    action-rate gate would count actions that never come and stay inconclusive forever.
+    """
+    out = dict(overrides)
+    if "gates" in out:
+        return out
+    success = out.get("ctr_success_actions", CanarySpec().ctr_success_actions)
+    if isinstance(success, str) or not set(success) <= set(actions):
+        out["gates"] = list(OPERATIONAL_GATES)
+    return out

@@ -129,6 +129,8 @@ class ReleaseRecord:
     detection_s: float | None = None
     """Rolled back in shadow: from the release's start to the rollback decision."""
     approval_for: str = ""
+    gates: tuple[str, ...] = ()
+    """The canary gates the release ran (its spec's ``gates``; empty in records written before they were chosen)."""
 
     @property
     def duration_s(self) -> float | None:
@@ -137,6 +139,7 @@ class ReleaseRecord:
     def to_dict(self, *, windows: bool = True) -> dict[str, Any]:
         raw = dataclasses.asdict(self)
         raw["steps"] = list(self.steps)
+        raw["gates"] = list(self.gates)
         if not windows:
             raw.pop("windows")
         return raw
@@ -152,6 +155,7 @@ class ReleaseRecord:
         try:
             values = dict(raw)
             values["steps"] = tuple(float(s) for s in raw.get("steps", ()))
+            values["gates"] = tuple(str(g) for g in raw.get("gates", ()))
             values["windows"] = tuple(
                 Window(**{**w, "gates": tuple(GateRow(**g) for g in w["gates"])}) for w in raw.get("windows", ()))
             values["controls"] = tuple(Control(**c) for c in raw.get("controls", ()))
@@ -200,6 +204,7 @@ class ReleaseRef:
     stable_sha256: str = ""
     stable_mlflow_version: str = ""
     mlflow_run_id: str = ""
+    gates: tuple[str, ...] = ()
 
 
 def updated(previous: ReleaseRecord | None, ref: ReleaseRef, status: CanaryStatus,
@@ -227,7 +232,7 @@ def updated(previous: ReleaseRecord | None, ref: ReleaseRef, status: CanaryStatu
         updated_at=status.updated_at, ended_at=status.updated_at if terminal else None,
         analyses=status.analyses, failed_checks=status.failed_checks, windows=windows, controls=controls,
         shadow=any(t.target is Phase.SHADOW for t in status.transitions), users_exposed=status.users_exposed,
-        detection_s=status.detection_s, approval_for=status.approval_for)
+        detection_s=status.detection_s, approval_for=status.approval_for, gates=ref.gates)
 
 
 def first_release(ref: ReleaseRef, at: float, reason: str) -> ReleaseRecord:

@@ -33,13 +33,14 @@ def _release_ref(context: Any, wiring: Any, candidate: Mapping[str, Any]) -> Any
     from modelops.canary.params import spec_from_params
     from modelops.canary.record import ReleaseRef
 
-    spec = spec_from_params(context["params"])
+    # The runner's spec is the one the release runs (the model spec's overrides included).
+    spec = wiring.runner.spec if wiring.runner is not None else spec_from_params(context["params"])
     r = wiring.runner.release if wiring.runner is not None else None
     return ReleaseRef(
         model=wiring.model, canary_version=wiring.canary_version,
         canary_sha256=r.canary.sha256 if r else "", mlflow_version=str(candidate.get("version", "")),
         started_by=str(candidate.get("started_by") or "modelops"), dag_id=context["dag"].dag_id,
-        run_id=context["dag_run"].run_id, steps=spec.steps,
+        run_id=context["dag_run"].run_id, steps=spec.steps, gates=spec.gates,
         stable_version=r.stable.triton_version if r else 0, stable_sha256=r.stable.sha256 if r else "",
         stable_mlflow_version=r.stable.mlflow_version if r else "", mlflow_run_id=str(candidate.get("run_id", "")))
 

@@ -53,7 +53,8 @@ def with_shadow(source: Any, m: Measurement, model: str, candidate_version: int,
 
 
 def model_overrides(published: Mapping[str, Any]) -> dict[str, Any]:
-    """The canary spec fields the published version's model spec declares (``canary:`` in ``modelops.yaml``)."""
+    """The canary spec fields the published version's model spec declares (``canary:`` in ``modelops.yaml``),
+    with the gates its outcomes allow (:func:`~modelops.canary.params.with_model_gates`)."""
     try:
         return dict(_overrides(str(published["model"]), int(published["triton_version"])))
     except (KeyError, TypeError, ValueError):
@@ -70,5 +71,10 @@ def _overrides(model: str, triton_version: int) -> tuple[tuple[str, Any], ...]:
     except Exception as exc:  # the release goes on with its params; the spec's overrides are a refinement
         log.warning("model spec of %s v%d unreadable, no canary overrides from it: %s", model, triton_version, exc)
         return ()
-    canary = getattr(spec, "canary", None) if spec is not None else None
-    return tuple(sorted(canary.items())) if isinstance(canary, dict) else ()
+    if spec is None:
+        return ()
+    from modelops.canary.params import with_model_gates
+
+    canary = spec.canary if isinstance(spec.canary, dict) else {}
+    merged = with_model_gates(canary, spec.outcomes.accepted_actions())
+    return tuple(sorted((k, tuple(v) if isinstance(v, list) else v) for k, v in merged.items()))

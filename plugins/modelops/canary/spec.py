@@ -19,6 +19,10 @@ from typing import Any
 from modelops.errors import ConfigError
 
 SPEC_SCHEMA_VERSION = 1
+#: The canary's gates, by the names their results carry: the operational ones (errors, p99 latency, a
+#: collapsed score) and the rate of a declared fast outcome action (the recommender's click-through).
+GATES: tuple[str, ...] = ("error_rate", "p99_ms", "score_std", "ctr")
+OPERATIONAL_GATES: tuple[str, ...] = ("error_rate", "p99_ms", "score_std")
 
 
 @dataclass(frozen=True)
@@ -79,6 +83,10 @@ class CanarySpec:
         shadow_approval: a candidate failing only the divergence gates (an intended change of
             behaviour) waits for a person at the end of the shadow phase (approve: on to the steps;
             reject: rolled back) instead of being rolled back; errors and latency still roll back.
+        gates: the gates that judge this release's canary windows (names: error_rate, p99_ms, score_std,
+            ctr); the others are not run. A model whose spec declares no fast outcome action among
+            ``ctr_success_actions`` (a model with a delayed label only) runs on the operational gates alone
+            (error_rate, p99_ms, score_std), chosen from its model spec unless its ``canary:`` names them.
         pause_alert_s: a pause that waits for a person (thin traffic, a person's pause, an
             incident beyond the automatic resumptions) alerts after this many seconds
             (``ModelopsReleasePaused``); an incident the release resumes from by itself does not.
@@ -114,6 +122,7 @@ class CanarySpec:
     shadow_disagreement_limit: float = 0.2
     shadow_rel_tolerance: float = 0.1
     shadow_approval: bool = False
+    gates: tuple[str, ...] = GATES
     pause_alert_s: float = 900.0
     schema_version: int = SPEC_SCHEMA_VERSION
 
@@ -238,6 +247,9 @@ def spec_problems(spec: CanarySpec) -> list[str]:
     if not 0.0 < spec.ctr_alpha < 0.5:
         problems.append(f"ctr_alpha={spec.ctr_alpha!r}: must be in (0, 0.5) (example: 0.01)")
     problems += _shadow_problems(spec)
+    if not spec.gates or len(set(spec.gates)) != len(spec.gates) or not set(spec.gates) <= set(GATES):
+        problems.append(f"gates={list(spec.gates)}: distinct names among {list(GATES)}, at least one "
+                        "(example: ['error_rate', 'p99_ms', 'score_std'])")
     if not spec.ctr_success_actions or not set(spec.ctr_success_actions) <= set(spec.ctr_trial_actions):
         problems.append(f"ctr_success_actions={list(spec.ctr_success_actions)}: must be a non-empty subset of "
                         f"ctr_trial_actions={list(spec.ctr_trial_actions)} (example: ['click'] of "

@@ -217,6 +217,18 @@ class Detail:
     history: HistoryRow
     controls: tuple[TimelineRow, ...] = field(default=())
     shadow: ShadowView | None = None
+    gates: str = ""
+
+
+def gates_text(gates: Sequence[str]) -> str:
+    """Which canary gates judged the release, and why the action-rate gate is absent when it is."""
+    if not gates:
+        return ""
+    text = "canary gates: " + ", ".join(gates)
+    if "ctr" not in gates:
+        text += (" — operational gates only: the model declares no fast outcome action the CTR gate counts "
+                 "(a delayed label, or other actions), or its spec's canary.gates leaves it out")
+    return text
 
 
 def _window_row(i: int, w: Window) -> WindowRow:
@@ -294,7 +306,8 @@ def detail(r: ReleaseRecord, status: CanaryStatus | None, links: Links, contract
         timeline=timeline, windows=tuple(_window_row(i, w) for i, w in enumerate(r.windows)),
         charts=charts(r.windows), mttr=mttr, mttr_how=how,
         contract=contract.get("result", "n/a"), contract_url=contract.get("url", ""),
-        actions=available_actions(r), history=history_row(r, links), controls=controls, shadow=shadow_view(r))
+        actions=available_actions(r), history=history_row(r, links), controls=controls, shadow=shadow_view(r),
+        gates=gates_text(r.gates))
 
 
 # ------------------------------------------------------------------ lineage
@@ -318,6 +331,17 @@ class Lineage:
     drift_report: str
     ctr_by_day: tuple[tuple[str, str, str, str], ...]
     chart: str
+    outcome_by_day: tuple[tuple[str, str, str], ...] = ()
+
+
+def outcome_days(tags: Mapping[str, str]) -> tuple[tuple[str, str, str], ...]:
+    """(day, label coverage, realized performance) from the ``modelops.outcome.<day>`` tags of the outcome job."""
+    rows = []
+    for key in sorted(k for k in tags if k.startswith("modelops.outcome.")):
+        pairs = dict(part.partition("=")[::2] for part in tags[key].split())
+        coverage = pairs.pop("coverage", "")
+        rows.append((key[len("modelops.outcome."):], coverage, ", ".join(f"{k} {v}" for k, v in pairs.items())))
+    return tuple(rows)
 
 
 def lineage(model: str, version: str, stage: str, aliases: Sequence[str], run_id: str,
@@ -338,4 +362,5 @@ def lineage(model: str, version: str, stage: str, aliases: Sequence[str], run_id
         contract_url=tags.get("modelops.contract_result", ""), model_info=model_info,
         releases=tuple(history_row(r, links) for r in releases if r.mlflow_version == version),
         drift=drift.get("verdict", "no nightly drift run yet"), drift_report=drift.get("report", ""),
-        ctr_by_day=tuple((d, number(c), number(v), n) for d, c, v, n in days), chart=chart)
+        ctr_by_day=tuple((d, number(c), number(v), n) for d, c, v, n in days), chart=chart,
+        outcome_by_day=outcome_days(tags))

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelops.config import Settings
-from modelops.demo.common import DEMO_CANARY, Step, expect_outcome, follow, wait_release
+from modelops.demo.common import DEMO_CANARY, Step, expect_outcome, follow, run_note, wait_release
 
 SECOND_MODEL = "cancer_classifier"
 _VERSIONS: dict[str, str] = {}
@@ -49,12 +49,39 @@ def _register_first(cfg: Settings) -> str:
     return f"MLflow {SECOND_MODEL} version {version} (flavor sklearn, 30 columns, predict_proba)"
 
 
+def _traffic(cfg: Settings) -> Any:
+    """Generated requests in MLflow's scoring form (rows of the data set) for the length of a release."""
+    from sklearn.datasets import load_breast_cancer
+
+    from modelops.traffic.runner import BackgroundTraffic
+    from modelops.traffic.tabular import tabular_bodies, tabular_spec
+
+    frame = load_breast_cancer(as_frame=True).data
+    return BackgroundTraffic(tabular_spec(SECOND_MODEL, rate=20.0, seconds=900.0), cfg.gateway_url,
+                             tabular_bodies(list(frame.columns), frame.to_numpy().tolist()))
+
+
 def _release_first(cfg: Settings) -> str:
-    from modelops.airflow_client import client_from_settings
+    from modelops.airflow_client import AirflowError, client_from_settings
+    from modelops.canary.adapters import current_routes
+    from modelops.objectstore import ObjectStore
     from modelops.registry.mlflow_registry import MlflowRegistry
 
-    run_id = follow("model_release", {"model": SECOND_MODEL, "version": _VERSIONS["first"], **DEMO_CANARY})
-    published = client_from_settings().xcom("model_release", run_id, "publish")
+    conf = {"model": SECOND_MODEL, "version": _VERSIONS["first"], **DEMO_CANARY}
+    earlier = current_routes(ObjectStore.from_settings(cfg), SECOND_MODEL)
+    client = client_from_settings()
+    if earlier is None:
+        run_id = follow("model_release", conf)
+    else:  # a second `make demo` on the stack the first one left up: a canary against what it left serving
+        print(f"    an earlier demo left {SECOND_MODEL} Triton v{earlier.stable.version} serving: this release is a "
+              "canary against it, under generated traffic")
+        with _traffic(cfg):
+            run_id = client.trigger("model_release", conf)
+            state = wait_release(client, SECOND_MODEL, run_id)
+        if state != "success":
+            raise AirflowError(f"the release of {SECOND_MODEL} version {_VERSIONS['first']} ended {state}: "
+                               f"{run_note(client, run_id)}")
+    published = client.xcom("model_release", run_id, "publish")
     info = MlflowRegistry.from_settings().get(SECOND_MODEL, _VERSIONS["first"])
     return (f"Triton {SECOND_MODEL} version {published['triton_version']} from its spec ({published['spec_uri']}), "
             f"answers within {published['max_abs_diff']:.1g} of predict_proba; MLflow {info.stage} "
@@ -84,20 +111,13 @@ def _ask_the_gateway(cfg: Settings) -> str:
 
 
 def _release_collapsed(cfg: Settings) -> str:
-    from sklearn.datasets import load_breast_cancer
-
     from modelops.airflow_client import client_from_settings
-    from modelops.traffic.runner import BackgroundTraffic
-    from modelops.traffic.tabular import tabular_bodies, tabular_spec
 
     version = _log_and_register(cfg, 1e-8, "over-regularised")
     print(f"    registered {SECOND_MODEL} version {version} (C=1e-8: the same answer for every patient); "
           "releasing it with a canary under traffic in MLflow's scoring form")
-    frame = load_breast_cancer(as_frame=True).data
     client = client_from_settings()
-    traffic = BackgroundTraffic(tabular_spec(SECOND_MODEL, rate=20.0, seconds=900.0), cfg.gateway_url,
-                                tabular_bodies(list(frame.columns), frame.to_numpy().tolist()))
-    with traffic:
+    with _traffic(cfg):
         release = client.trigger("model_release", {"model": SECOND_MODEL, "version": version, **DEMO_CANARY})
         state = wait_release(client, SECOND_MODEL, release)
     outcome = expect_outcome(client, SECOND_MODEL, release, state, "the collapsed version", "rolled back")
