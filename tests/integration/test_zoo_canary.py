@@ -5,7 +5,8 @@ The breast-cancer classifier (30 columns whose names hold spaces, logged with pl
 and promoted. A second version, regularised until its probabilities no longer move (the same answer
 for every patient: a collapsed model), is released under generated traffic in MLflow's scoring form
 (``dataframe_split``, no routing key: split by request). The canary gets its share of the requests,
-the collapse gate fails, and the release rolls back by itself: the routes serve the first version
+the collapse gate fails (its spec declares a delayed label, no action: the canary runs on the operational
+gates alone, and its release record says so), and the release rolls back by itself: the routes serve the first version
 alone again, Triton stops serving the second, and MLflow marks it — the story ``make demo`` tells.
 """
 
@@ -30,9 +31,11 @@ pytestmark = pytest.mark.integration
 def test_a_collapsed_second_version_of_a_classifier_is_rolled_back_by_the_canary(
     stack_settings: Any, mlflow_uri: str, airflow: AirflowClient, triton_url: str, object_store: ObjectStore,
 ) -> None:
+    from mlflow import MlflowClient
     from sklearn.datasets import load_breast_cancer
 
     from modelops.canary.adapters import checkpoint_key
+    from modelops.canary.record import ReleaseRecord, record_key
     from modelops.documents.routes import load_routes, routes_key
     from modelops.registry.mlflow_registry import MlflowRegistry
     from modelops.traffic.runner import BackgroundTraffic
@@ -40,6 +43,8 @@ def test_a_collapsed_second_version_of_a_classifier_is_rolled_back_by_the_canary
 
     name = f"zoo_canary_cancer_{uuid.uuid4().hex[:6]}"
     first = _register(mlflow_uri, name, lambda: _log_cancer(1.0))
+    # Its truth is a delayed label, no click: the canary runs on the operational gates alone.
+    MlflowClient(mlflow_uri).set_registered_model_tag(name, "modelops.spec.outcomes.label.kind", "binary")
     run = release(airflow, name, first)
     assert ended(airflow, name, run, 300) == "success"
     routes = load_routes(object_store.get_bytes(routes_key(name)))
@@ -63,6 +68,9 @@ def test_a_collapsed_second_version_of_a_classifier_is_rolled_back_by_the_canary
     assert status["phase"] == "rolled_back", status
     assert status["mttr_s"] is not None and 0 < status["mttr_s"] < 60, status
     assert "score_std" in status["reason"], status["reason"]
+    record = ReleaseRecord.from_dict(json.loads(object_store.get_bytes(record_key(name, 2))))
+    assert record.gates == ("error_rate", "p99_ms", "score_std"), record.gates
+    assert all(g.name != "ctr" for w in record.windows for g in w.gates)
     routes = load_routes(object_store.get_bytes(routes_key(name)))
     assert (routes.stable.version, routes.canary) == (1, None)
     assert 2 not in TritonClient(triton_url).ready_versions(name)
