@@ -88,6 +88,21 @@ def wait_release(client: Any, model: str, run_id: str) -> str:
     return state
 
 
+def canary_under_traffic(client: Any, model: str, conf: dict[str, object], traffic: Any) -> str:
+    """Release ``conf`` as a canary against what serves now while ``traffic`` runs; the run id, or an error
+    naming the run's note when the release did not succeed (a second ``make demo`` on the stack the first
+    one left up releases this way)."""
+    from modelops.airflow_client import AirflowError
+
+    with traffic:
+        run_id = client.trigger("model_release", conf)
+        state = wait_release(client, model, run_id)
+    if state != "success":
+        raise AirflowError(f"the release of {model} version {conf['version']} ended {state}: "
+                           f"{run_note(client, run_id)}")
+    return str(run_id)
+
+
 def recorded_outcome(client: Any, model: str, run_id: str, state: str) -> str:
     """The release's outcome from its recorded phase (the release record the canary task wrote), not the run state.
 

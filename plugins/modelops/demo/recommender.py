@@ -6,7 +6,7 @@ import time
 from typing import TYPE_CHECKING
 
 from modelops.config import Settings
-from modelops.demo.common import DEMO_CANARY, Step, expect_outcome, follow, run_note, wait_release
+from modelops.demo.common import DEMO_CANARY, Step, canary_under_traffic, expect_outcome, follow, wait_release
 
 if TYPE_CHECKING:
     from modelops.traffic.runner import BackgroundTraffic
@@ -41,7 +41,7 @@ def _train_and_register(cfg: Settings) -> str:
 
 
 def _release(cfg: Settings) -> str:
-    from modelops.airflow_client import AirflowError, client_from_settings
+    from modelops.airflow_client import client_from_settings
     from modelops.canary.adapters import current_routes
     from modelops.objectstore import ObjectStore
 
@@ -52,13 +52,7 @@ def _release(cfg: Settings) -> str:
     else:  # a second `make demo` on the stack the first one left up: a canary against what it left serving
         print(f"    an earlier demo left {DEMO_MODEL} Triton v{earlier.stable.version} serving: this release is a "
               "canary against it, under generated traffic")
-        client = client_from_settings()
-        with _traffic(cfg):
-            run_id = client.trigger("model_release", {**conf, **DEMO_CANARY})
-            state = wait_release(client, DEMO_MODEL, run_id)
-        if state != "success":
-            raise AirflowError(f"the release of {DEMO_MODEL} version {_STATE['version']} ended {state}: "
-                               f"{run_note(client, run_id)}")
+        run_id = canary_under_traffic(client_from_settings(), DEMO_MODEL, {**conf, **DEMO_CANARY}, _traffic(cfg))
     published = client_from_settings().xcom("model_release", run_id, "publish")
     _STATE["triton_version"] = published["triton_version"]
     from modelops.registry.mlflow_registry import MlflowRegistry

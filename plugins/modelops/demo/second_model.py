@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from modelops.config import Settings
-from modelops.demo.common import DEMO_CANARY, Step, expect_outcome, follow, run_note, wait_release
+from modelops.demo.common import DEMO_CANARY, Step, canary_under_traffic, expect_outcome, follow, wait_release
 
 SECOND_MODEL = "cancer_classifier"
 _VERSIONS: dict[str, str] = {}
@@ -62,7 +62,7 @@ def _traffic(cfg: Settings) -> Any:
 
 
 def _release_first(cfg: Settings) -> str:
-    from modelops.airflow_client import AirflowError, client_from_settings
+    from modelops.airflow_client import client_from_settings
     from modelops.canary.adapters import current_routes
     from modelops.objectstore import ObjectStore
     from modelops.registry.mlflow_registry import MlflowRegistry
@@ -75,12 +75,7 @@ def _release_first(cfg: Settings) -> str:
     else:  # a second `make demo` on the stack the first one left up: a canary against what it left serving
         print(f"    an earlier demo left {SECOND_MODEL} Triton v{earlier.stable.version} serving: this release is a "
               "canary against it, under generated traffic")
-        with _traffic(cfg):
-            run_id = client.trigger("model_release", conf)
-            state = wait_release(client, SECOND_MODEL, run_id)
-        if state != "success":
-            raise AirflowError(f"the release of {SECOND_MODEL} version {_VERSIONS['first']} ended {state}: "
-                               f"{run_note(client, run_id)}")
+        run_id = canary_under_traffic(client, SECOND_MODEL, conf, _traffic(cfg))
     published = client.xcom("model_release", run_id, "publish")
     info = MlflowRegistry.from_settings().get(SECOND_MODEL, _VERSIONS["first"])
     return (f"Triton {SECOND_MODEL} version {published['triton_version']} from its spec ({published['spec_uri']}), "
