@@ -131,7 +131,9 @@ def airflow_services(cfg: Settings) -> list[Service]:
     # Log servers are skipped: on one machine the API server reads task logs from AIRFLOW_HOME,
     # and Airflow's log server would bind every interface.
     others = [
-        Service(name="airflow-scheduler", argv=(airflow_bin, "scheduler", "--skip-serve-logs"), ports=(),
+        # Its tasks are forks of its LocalExecutor workers: it imports what they import first (airflow_preload).
+        Service(name="airflow-scheduler", argv=(str(VENV_BIN / "python"), "-m", "modelops.stack.airflow_preload",
+                                                "scheduler", "--skip-serve-logs"), ports=(),
                 health_url=health, env=env, prepare=migrate, airflow_component="scheduler"),
         Service(name="airflow-dag-processor", argv=(airflow_bin, "dag-processor"), ports=(),
                 health_url=health, env=env, prepare=migrate, airflow_component="dag_processor"),
