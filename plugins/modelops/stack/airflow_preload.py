@@ -61,7 +61,7 @@ def preload(names: Sequence[str] = TASK_IMPORTS) -> list[str]:
     for name in names:
         try:
             importlib.import_module(name)
-        except Exception as exc:  # noqa: BLE001 - the task that needs it raises its own error
+        except Exception as exc:  # the task that needs it raises its own error
             failed.append(name)
             print(f"modelops preload: {name} not imported ({type(exc).__name__}: {exc})", file=sys.stderr)
     return failed
