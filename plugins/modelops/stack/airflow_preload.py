@@ -77,7 +77,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     from airflow.__main__ import main as airflow_main
 
     sys.argv = ["airflow", *args]
-    airflow_main()
+    airflow_main()  # type: ignore[no-untyped-call]  # Airflow's CLI entry point has no annotations
 
 
 if __name__ == "__main__":
