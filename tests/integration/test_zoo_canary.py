@@ -61,7 +61,11 @@ def test_a_collapsed_second_version_of_a_classifier_is_rolled_back_by_the_canary
     states = {t["task_id"]: t["state"] for t in airflow.task_instances("model_release", run)}
     assert state == "failed" and states["canary_to_approval"] == "failed", states
     report = traffic.report
-    assert report is not None and report.status.get(200, 0) >= 40 and set(report.status) == {200}, report
+    # Every answer is a 200 but for the gateway's deadline (504, 1000 ms) on an overloaded 2-core machine:
+    # CI counted 2 of 1030 once. A collapsed classifier answers 200 with constant scores; any other code,
+    # or deadlines past 1 % of the requests, is a failure.
+    assert report is not None and report.status.get(200, 0) >= 40, report
+    assert set(report.status) <= {200, 504} and report.status.get(504, 0) <= 0.01 * report.sent, report
     assert report.per_version.get(2, 0) > 0, f"the canary got no request: {report.line()}"
 
     status = json.loads(object_store.get_bytes(checkpoint_key(name, 2)))["status"]
