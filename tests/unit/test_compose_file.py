@@ -212,7 +212,9 @@ def test_airflow_runs_on_celery_workers_and_spark_on_a_two_worker_cluster(produc
         assert env["AIRFLOW__CORE__EXECUTOR"] == "CeleryExecutor", name
         assert env["AIRFLOW__CELERY__BROKER_URL"].startswith("redis://:change-me-redis@redis:6379/"), name
         assert env["AIRFLOW__CELERY__RESULT_BACKEND"].startswith("db+postgresql://airflow:"), name
-    assert services["airflow-worker"]["command"] == ["airflow", "celery", "worker"]
+    # `airflow celery worker`, with the tasks' imports done once in the parent of the pool (airflow_preload)
+    assert services["airflow-worker"]["command"] == [
+        "python", "-m", "modelops.stack.airflow_preload", "celery", "worker"]
     assert services["airflow-worker"]["deploy"]["replicas"] == 2
     assert services["spark-worker"]["deploy"]["replicas"] == 2
     assert "hostname" not in services["airflow-worker"] and "hostname" not in services["spark-worker"]
