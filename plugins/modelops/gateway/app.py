@@ -141,8 +141,12 @@ class Gateway(GatewayPollers, EdgeServing, FeedbackServing, ShadowMirroring):
         ]
 
     def _poll_routes_and_specs(self) -> None:
-        self._poll_routes_once()
-        if self._refresh_edge_models():  # the spec of each newly routed version (modelops.gateway.edge)
+        updated = self._read_routes()
+        if updated is None:
+            return
+        before = set(self.edge_models)
+        self._apply_routes(self._with_specs(updated))  # specs first (modelops.gateway.edge), then the routes
+        if self._forget_unrouted(before):
             self.openapi = _JSON_ENCODE(add_model_paths(self.openapi_base, self._tabular_schemas(),
                                                         max_body_bytes=self.options.max_body_bytes))
 

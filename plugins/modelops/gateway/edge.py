@@ -1,7 +1,7 @@
 """The gateway's edge for models served from their spec: the tabular form and the Open Inference Protocol v2.
 
-A mixin of :class:`modelops.gateway.app.Gateway`. After each routes poll the spec of every routed
-version is read once (``triton/repository/<model>/<N>/model-spec.json``, written by
+A mixin of :class:`modelops.gateway.app.Gateway`. Before a new routes table is applied the spec of
+every newly routed version is read once (``triton/repository/<model>/<N>/model-spec.json``, written by
 :mod:`modelops.serving.spec_publish`) and compiled (:func:`modelops.gateway.forms.edge_model`); a
 version without one is the reference recommender, served by its feature-lookup path and, on the
 Open Inference Protocol, by its spec (:func:`modelops.modelspec.recommender.recommender_spec`: FP32
@@ -75,6 +75,7 @@ class EdgeServing:
     m_errors: Any
     m_latency: Any
     m_latency_origin: Any
+    m_routes_errors: Any
     _access: Callable[..., None]
     _deadline_s: Callable[[dict[str, str]], float]
     _unavailable: Callable[[str, str], HTTPError]
@@ -85,30 +86,49 @@ class EdgeServing:
         self._recommender_edge: dict[str, EdgeModel] = {}
 
     # ------------------------------------------------------------------ specs of the routed versions
-    def _refresh_edge_models(self) -> bool:
-        """Read and compile the spec of each routed version not seen yet; forget versions no longer routed.
+    def _with_specs(self, table: dict[str, Routes]) -> dict[str, Routes]:
+        """``table`` once the spec of each newly routed version is compiled: the table to apply.
 
-        Runs in the routes poller's thread, off the hot path; returns whether the set of versions changed
-        (a version's spec never changes: its bytes are part of its sha256).
+        Runs in the routes poller's thread, off the hot path, *before* the table is applied, so no
+        request is routed to a version whose contract is not known yet (CI once saw a canary's first
+        request judged by the recommender's contract in that gap). A model whose new version's spec
+        cannot be read keeps its current routes, counted as a routes error, and is tried again at the
+        next poll. A version's spec never changes (its bytes are part of its sha256): each is read once.
         """
+        compiled = dict(self.edge_models)  # a superset for a moment: the old and the new versions
+        out: dict[str, Routes] = {}
+        for model, routes in table.items():
+            try:
+                for version in routed_versions(routes):
+                    if (model, version) not in compiled:
+                        compiled[(model, version)] = self._compile_spec(model, version)
+            except (ObjectStoreError, ContractError) as exc:
+                self.m_routes_errors.inc((("model", model),))
+                log.warning("routes %s revision %d held back: a version's spec is unusable (%s)", model,
+                            routes.revision, exc)
+                if model in self.routes:
+                    out[model] = self.routes[model]
+                continue
+            out[model] = routes
+        self.edge_models = compiled  # one assignment, as the routes table
+        return out
+
+    def _compile_spec(self, model: str, version: int) -> EdgeModel | None:
+        """The version's compiled spec; None for one published by the recommender's pipeline (no spec)."""
+        spec = read_spec(self.store, model, version)
+        if spec is None:  # the recommender's own spec serves it on the OIP path
+            if model not in self._recommender_edge:
+                self._recommender_edge[model] = edge_model(recommender_spec(model))
+            return None
+        log.info("spec of %s v%d compiled for the edge", model, version)
+        return edge_model(spec)
+
+    def _forget_unrouted(self, before: set[tuple[str, int]]) -> bool:
+        """Drops the specs of versions no longer routed; whether the set changed since ``before``."""
         wanted = {(m, v) for m, r in self.routes.items() for v in routed_versions(r)}
         known = {k: v for k, v in self.edge_models.items() if k in wanted}
-        for model, version in sorted(wanted - set(known)):
-            try:
-                spec = read_spec(self.store, model, version)
-            except (ObjectStoreError, ContractError) as exc:  # tried again at the next poll
-                log.warning("spec of %s v%d unusable: %s", model, version, exc)
-                continue
-            if spec is None:  # published by the recommender's pipeline: its own spec, for the OIP path
-                if model not in self._recommender_edge:
-                    self._recommender_edge[model] = edge_model(recommender_spec(model))
-                known[(model, version)] = None
-                continue
-            known[(model, version)] = edge_model(spec)
-            log.info("spec of %s v%d compiled for the edge", model, version)
-        changed = known.keys() != self.edge_models.keys()
-        self.edge_models = known  # one assignment, as the routes table
-        return changed
+        self.edge_models = known
+        return known.keys() != before
 
     def _edge_of(self, model: str, version: VersionRef) -> EdgeModel:
         """The version's compiled spec; the recommender's for a version published by its pipeline."""

@@ -122,12 +122,18 @@ class GatewayPollers:
                 log.exception("background %s failed", getattr(work, "__name__", work))
 
     def _poll_routes_once(self) -> None:
+        updated = self._read_routes()
+        if updated is not None:
+            self._apply_routes(updated)
+
+    def _read_routes(self) -> dict[str, Routes] | None:
+        """The routes table as the store holds it now (None: the store is unreachable, keep the last good)."""
         try:
             keys = list(self.store.list_keys(ROUTES_PREFIX))
         except ObjectStoreError as exc:
             self.m_routes_errors.inc((("model", "*"),))
             log.warning("routes poll failed (keeping the last good routes): %s", exc)
-            return
+            return None
         updated = dict(self.routes)
         seen: set[str] = set()
         for key in keys:
@@ -147,12 +153,19 @@ class GatewayPollers:
             current = updated.get(model)
             if current is None or routes.revision > current.revision:
                 updated[model] = routes
-                self.routes_applied_at[model] = datetime.now(UTC).isoformat()
-                log.info("routes %s revision %d applied", model, routes.revision)
             elif routes.revision < current.revision or routes != current:
                 self.m_routes_errors.inc((("model", model),))  # stale or changed without a new revision
         for model in set(updated) - seen:
             del updated[model]  # the document was deleted: the model is no longer served
+        return updated
+
+    def _apply_routes(self, updated: dict[str, Routes]) -> None:
+        """Serves ``updated`` from now on (each model's new revision logged with the time it was applied)."""
+        for model, routes in updated.items():
+            current = self.routes.get(model)
+            if current is None or routes.revision != current.revision:
+                self.routes_applied_at[model] = datetime.now(UTC).isoformat()
+                log.info("routes %s revision %d applied", model, routes.revision)
         self.routes = updated  # one assignment: requests see the old or the new table, never half
         self.routes_loaded = True
         for model, routes in updated.items():
