@@ -1,11 +1,8 @@
 """The gateway's edge for models served from their spec: the tabular form and the Open Inference Protocol v2.
 
-A mixin of :class:`modelops.gateway.app.Gateway`. Before a new routes table is applied the spec of
-every newly routed version is read once (``triton/repository/<model>/<N>/model-spec.json``, written by
-:mod:`modelops.serving.spec_publish`) and compiled (:func:`modelops.gateway.forms.edge_model`); a
-version without one is the reference recommender, served by its feature-lookup path and, on the
-Open Inference Protocol, by its spec (:func:`modelops.modelspec.recommender.recommender_spec`: FP32
-``features`` in, ``score`` out).
+A mixin of :class:`modelops.gateway.app.Gateway`, on the compiled specs of the routed versions
+(:mod:`modelops.gateway.specs`); a version without a spec is the reference recommender, served by its
+feature-lookup path and, on the Open Inference Protocol, by its spec (FP32 ``features`` in, ``score`` out).
 
 The version that serves a request is chosen first (by the spec's routing key, the value of the
 first row; a model without one is split by request id, not sticky), and **that version's contract
@@ -27,7 +24,6 @@ import numpy as np
 import numpy.typing as npt
 
 from modelops.documents.routes import Routes, VersionRef, choose_version, routed_versions, user_hash
-from modelops.errors import ContractError, ObjectStoreError
 from modelops.gateway.delay import RequestTiming, origin
 from modelops.gateway.eventlog import model_sample_record, prediction_record
 from modelops.gateway.explain_spec import explain_problem, explain_rows
@@ -35,7 +31,6 @@ from modelops.gateway.forms import (
     BadInput,
     EdgeModel,
     Inputs,
-    edge_model,
     predictions,
     sample_features,
     summary,
@@ -46,10 +41,10 @@ from modelops.gateway.inference import TritonFailed, TritonUnavailable
 from modelops.gateway.metrics import ScoreWindow
 from modelops.gateway.oip import infer_answer, model_metadata, parse_infer
 from modelops.gateway.outcomes import prediction_columns
+from modelops.gateway.specs import RoutedSpecs
 from modelops.gateway.spool import SpoolFull
 from modelops.gateway.tokens import TokenClaims, issue_token
-from modelops.modelspec.recommender import recommender_spec
-from modelops.serving.spec_reconcile import read_spec, spec_key
+from modelops.serving.spec_reconcile import spec_key
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -58,7 +53,7 @@ _JSON_ENCODE = msgspec.json.Encoder().encode
 _JSON_DECODE = msgspec.json.Decoder().decode
 
 
-class EdgeServing:
+class EdgeServing(RoutedSpecs):
     """Spec-served models at the edge (mixed into the Gateway; the attributes are the Gateway's)."""
 
     store: Any
@@ -75,84 +70,10 @@ class EdgeServing:
     m_errors: Any
     m_latency: Any
     m_latency_origin: Any
-    m_routes_errors: Any
     _access: Callable[..., None]
     _deadline_s: Callable[[dict[str, str]], float]
     _unavailable: Callable[[str, str], HTTPError]
     _mirror_tensors: Callable[..., None]  # modelops.gateway.shadow: after the answer, to a shadow version
-
-    def _init_edge(self) -> None:
-        self.edge_models: dict[tuple[str, int], EdgeModel | None] = {}  # None: the recommender's pipeline
-        self._recommender_edge: dict[str, EdgeModel] = {}
-
-    # ------------------------------------------------------------------ specs of the routed versions
-    def _with_specs(self, table: dict[str, Routes]) -> dict[str, Routes]:
-        """``table`` once the spec of each newly routed version is compiled: the table to apply.
-
-        Runs in the routes poller's thread, off the hot path, *before* the table is applied, so no
-        request is routed to a version whose contract is not known yet (CI once saw a canary's first
-        request judged by the recommender's contract in that gap). A model whose new version's spec
-        cannot be read keeps its current routes, counted as a routes error, and is tried again at the
-        next poll. A version's spec never changes (its bytes are part of its sha256): each is read once.
-        """
-        compiled = dict(self.edge_models)  # a superset for a moment: the old and the new versions
-        out: dict[str, Routes] = {}
-        for model, routes in table.items():
-            try:
-                for version in routed_versions(routes):
-                    if (model, version) not in compiled:
-                        compiled[(model, version)] = self._compile_spec(model, version)
-            except (ObjectStoreError, ContractError) as exc:
-                self.m_routes_errors.inc((("model", model),))
-                log.warning("routes %s revision %d held back: a version's spec is unusable (%s)", model,
-                            routes.revision, exc)
-                if model in self.routes:
-                    out[model] = self.routes[model]
-                continue
-            out[model] = routes
-        self.edge_models = compiled  # one assignment, as the routes table
-        return out
-
-    def _compile_spec(self, model: str, version: int) -> EdgeModel | None:
-        """The version's compiled spec; None for one published by the recommender's pipeline (no spec)."""
-        spec = read_spec(self.store, model, version)
-        if spec is None:  # the recommender's own spec serves it on the OIP path
-            if model not in self._recommender_edge:
-                self._recommender_edge[model] = edge_model(recommender_spec(model))
-            return None
-        log.info("spec of %s v%d compiled for the edge", model, version)
-        return edge_model(spec)
-
-    def _forget_unrouted(self, before: set[tuple[str, int]]) -> bool:
-        """Drops the specs of versions no longer routed; whether the set changed since ``before``."""
-        wanted = {(m, v) for m, r in self.routes.items() for v in routed_versions(r)}
-        known = {k: v for k, v in self.edge_models.items() if k in wanted}
-        self.edge_models = known
-        return known.keys() != before
-
-    def _edge_of(self, model: str, version: VersionRef) -> EdgeModel:
-        """The version's compiled spec; the recommender's for a version published by its pipeline."""
-        found = self.edge_models.get((model, version.version))
-        if found is not None:
-            return found
-        edge = self._recommender_edge.get(model)
-        if edge is None:  # routed after the last poll read it: built here, once
-            edge = self._recommender_edge[model] = edge_model(recommender_spec(model))
-        return edge
-
-    def _tabular_schemas(self) -> dict[str, Mapping[str, Any]]:
-        """Model -> the request contract of its stable version, for each model served in the tabular form."""
-        out: dict[str, Mapping[str, Any]] = {}
-        for model, routes in self.routes.items():
-            found = self.edge_models.get((model, routes.stable.version))
-            if found is not None and found.tabular:
-                out[model] = found.schema
-        return out
-
-    def _spec_routed(self, routes: Routes) -> bool:
-        """Whether the model is served from its spec in the tabular form (its stable version has a spec)."""
-        found = self.edge_models.get((routes.model, routes.stable.version))
-        return found is not None and found.tabular
 
     # ------------------------------------------------------------------ the tabular form
     async def _predict_tabular(self, path: str, routes: Routes, document: Any, size: int, headers: dict[str, str],
