@@ -24,30 +24,23 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
-import numpy as np
-import numpy.typing as npt
 
 from modelops.config import Settings, settings
 from modelops.documents.routes import (
     Routes,
-    VersionRef,
     choose_version,
     routes_to_dict,
-    user_hash,
 )
 from modelops.features import feature_names, load_features
 from modelops.gateway.accesslog import BufferedLineHandler, direct_sink
 from modelops.gateway.contract import RequestContract, load_contract
-from modelops.gateway.delay import LoopLag, RequestTiming, TritonDelays, origin
+from modelops.gateway.delay import LoopLag, RequestTiming, TritonDelays
 from modelops.gateway.edge import EdgeServing
 from modelops.gateway.eventlog import (
     EventLogs,
     SpoolConfig,
-    explanation_record,
-    prediction_record,
-    scored_record,
 )
-from modelops.gateway.explaining import ExplainPlan, explain_items
+from modelops.gateway.explaining import ExplainPlan
 from modelops.gateway.feedback import FeedbackServing
 from modelops.gateway.http import (
     HTTPError,
@@ -61,18 +54,17 @@ from modelops.gateway.http import (
     respond,
     respond_json,
 )
-from modelops.gateway.inference import TritonFailed, TritonUnavailable
-from modelops.gateway.metrics import CollapseWatch, Labels, ScoreWindow
-from modelops.gateway.onlinefeatures import FeaturesUnavailable, OnlineFeatures
+from modelops.gateway.lookup import LookupServing
+from modelops.gateway.metrics import CollapseWatch, ScoreWindow
+from modelops.gateway.onlinefeatures import OnlineFeatures
 from modelops.gateway.openapi import add_model_paths, build_openapi
 from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pollers import GatewayPollers
 from modelops.gateway.pool import TritonPool
-from modelops.gateway.precomputed import SOURCE_HEADER, PrecomputedScores
+from modelops.gateway.precomputed import PrecomputedScores
 from modelops.gateway.sampling import ScoredSampling
 from modelops.gateway.shadow import ShadowMirroring
-from modelops.gateway.spool import SpoolFull
-from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
+from modelops.gateway.tokens import resolve_secret
 from modelops.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -85,7 +77,7 @@ _JSON_ENCODE = msgspec.json.Encoder().encode
 _JSON_DECODE = msgspec.json.Decoder().decode
 
 
-class Gateway(GatewayPollers, EdgeServing, FeedbackServing, ShadowMirroring):
+class Gateway(GatewayPollers, LookupServing, EdgeServing, FeedbackServing, ShadowMirroring):
     """The ASGI application. Build with :func:`create_app`."""
 
     def __init__(self, cfg: Settings, options: GatewayOptions) -> None:
@@ -348,135 +340,6 @@ class Gateway(GatewayPollers, EdgeServing, FeedbackServing, ShadowMirroring):
         # (the canary's error rate is errors / (answered + errors)).
         await self._answer(path, routes, version, labels, document, size, request_id, timing, deadline_s, send,
                            query)
-
-    async def _answer(self, path: str, routes: Routes, version: VersionRef, labels: Labels,
-                      document: dict[str, Any], size: int, request_id: str, timing: RequestTiming, deadline_s: float,
-                      send: Send, query: dict[str, Any]) -> None:
-        """Features, Triton, answer, logs and metrics for a request that kept the contract."""
-        model = routes.model
-        user_id: str = document["user_id"]
-        item_ids: list[str] = document["item_ids"]
-        self._check_spool(labels)
-        started = time.perf_counter()
-        try:
-            if self.options.drill_feature_delay_ms > 0:
-                await asyncio.sleep(self.options.drill_feature_delay_ms / 1000.0)
-            features = self.features.matrix(user_id, item_ids)
-        except FeaturesUnavailable as exc:
-            self.m_errors.inc((*labels, ("class", "unavailable")))
-            raise self._unavailable("features_unavailable", str(exc)) from exc
-        finally:
-            timing.features_s = time.perf_counter() - started
-        # Precomputed predictions: only a snapshot of exactly the routed version, on the served features
-        # (modelops.gateway.precomputed); explain=true and anything not covered is scored online.
-        current = self.features.current  # read once: the snapshot the lookup checks is the one just used
-        hit, why_online = (None, "explain") if query["explain"] else self.precomputed.lookup(
-            model, version, user_id, item_ids, current.snapshot if current else None, time.time())
-        remaining = deadline_s - timing.total_s()
-        explanations: list[dict[str, Any]] = []
-        called = (model, version.version)
-        online = hit is None
-        if online:  # a precomputed answer calls no Triton: no call in flight, no Triton share of its delay
-            self.triton_called[called] = time.monotonic()
-            timing.share = self.triton_delays.share(*called)
-            timing.calls_ahead = self.triton_in_flight.get(called, 0)
-            self.triton_in_flight[called] = timing.calls_ahead + 1
-        started = time.perf_counter()
-        try:
-            if remaining <= 0:
-                raise TimeoutError
-            async with asyncio.timeout(remaining):
-                scores = hit if hit is not None else await self.triton.infer_scores(model, version.version, features)
-                if query["explain"]:  # same version, same deadline
-                    explanations = await self._explain(model, version.version, item_ids, features, scores,
-                                                       int(query["top_k"]), request_id)
-        except (TimeoutError, TritonUnavailable, TritonFailed) as exc:
-            raise self._triton_error(exc, labels, deadline_s) from exc
-        finally:
-            ended = time.perf_counter()
-            timing.inference_s = ended - started if online else 0.0
-            timing.loop_lag_s = self.loop_lag.current(ended)
-            if online:
-                self.triton_in_flight[called] -= 1
-        now = time.time()
-        token = issue_token(self.secret, TokenClaims(request_id, model, version.version, version.sha256[:12], now))
-        variant = "canary" if routes.canary is not None and version == routes.canary else "stable"
-        answer = {"request_id": request_id, "model": model, "model_version": version.version,
-                  "model_id": version.label, "variant": variant, "scores": scores.tolist(), "feedback_token": token}
-        if query["explain"]:
-            answer["explanations"] = explanations
-        body = _JSON_ENCODE(answer)
-        inference_ms = timing.inference_s * 1000.0
-        scores64 = scores.astype(np.float64)
-        n = len(scores64)
-        total, squares, peak = float(scores64.sum()), float(np.dot(scores64, scores64)), float(scores64.max())
-        mean = total / n
-        std = math.sqrt(max(0.0, squares / n - mean * mean))  # numpy's mean/std cost ~50 us more
-        logged = timing.parts()  # the record's latency and origin are those up to its log write
-        # A 200 means the request's prediction record is on disk: its batch (shared by every request of
-        # the same group commit) is written and fsynced before the answer, so kill -9 loses no prediction
-        # that was acknowledged, and its feedback token always finds its prediction in the join. The scored
-        # sample (a statistical sample for the drift job, not a record anyone joins on) is queued for the
-        # next timed group write (within 50 ms) without holding the answer: a second fsync hand-off per
-        # request cost ~0.3 ms at concurrency 1, and kill -9 can lose only the last 50 ms of samples.
-        writes = [self.logs.committers["predictions"].append(prediction_record(
-            request_id=request_id, feedback_token=token, ts=now, model=model, model_version=version.version,
-            model_sha256=version.sha256, user_hash=user_hash(user_id), n_items=n, score_mean=mean,
-            score_max=peak, score_std=std, latency_ms=sum(logged.values()) * 1000.0,
-            delay_origin=origin(logged)))]
-        if self.sampling.take(request_id, time.monotonic()):  # a share, capped per second (gateway.sampling)
-            self.logs.committers["scored_samples"].append_nowait(scored_record(
-                request_id=request_id, ts=now, model=model, model_version=version.version, scores=scores,
-                features=features))
-            if query["explain"]:  # logged with the prediction, sampled like the scored samples
-                writes.append(self.logs.committers["explanations"].append(explanation_record(
-                    request_id=request_id, ts=now, model=model, model_version=version.version,
-                    explanations_json=_JSON_ENCODE(explanations).decode())))
-        try:
-            await (writes[0] if len(writes) == 1 else asyncio.gather(*writes))
-        except SpoolFull as exc:
-            self.m_errors.inc((*labels, ("class", "unavailable")))
-            raise self._unavailable("spool_full", str(exc)) from exc
-        parts = timing.parts()
-        await respond(send, 200, body, request_id, [
-            (b"x-model-version", version.label.encode()),
-            (b"x-inference-latency", f"{inference_ms:.3f}".encode()),
-            (SOURCE_HEADER, b"online" if hit is None else b"precomputed"),
-            *timing.headers(parts),
-        ])
-        # Answered: now (never before) the same request to a shadow version, if the routes name one.
-        self._mirror_scores(routes, version, request_id, features, scores,
-                            timing.inference_s if hit is None and not query["explain"] else None)
-        total_s = timing.total_s()
-        self.m_requests.inc((*labels, ("code", "200")))
-        self.precomputed.count(model, version.version, "online" if hit is None else "precomputed", why_online)
-        self.m_latency.observe((*labels, ("source", "online" if hit is None else "precomputed")), total_s)
-        delay_origin = origin(parts)
-        self.m_latency_origin.observe((("model", model), ("origin", delay_origin)), total_s)
-        for name, seconds in parts.items():
-            self.m_delay.observe((("model", model), ("origin", name)), seconds)
-        window = self.windows.get((model, version.version))
-        if window is None:
-            window = self.windows[(model, version.version)] = ScoreWindow(self.options.score_window_s)
-        window.add(now, n, total, squares, peak)
-        self._access(request_id, "POST", path, 200, model=model, version=version.version,
-                     model_id=version.label, variant=variant, inference_time_ms=round(inference_ms, 3),
-                     feature_lookup_ms=round(timing.features_s * 1000, 3), latency_ms=round(total_s * 1000, 3),
-                     input_size_bytes=size, n_items=n, delay_origin=delay_origin,
-                     prediction_source="online" if hit is None else "precomputed", online_reason=why_online,
-                     triton_queue_ms=round(parts["triton_queue"] * 1000, 3),
-                     triton_compute_ms=round(parts["triton_compute"] * 1000, 3))
-
-    async def _explain(self, model: str, version: int, item_ids: list[str], features: npt.NDArray[np.float32],
-                       scores: npt.NDArray[np.float32], top_k: int, request_id: str) -> list[dict[str, Any]]:
-        """Shapley sampling (modelops.gateway.explaining) scored by Triton ``version``, inside it or in batches."""
-        current = self.features.current
-        if current is None:  # the lookup just succeeded, so a snapshot is loaded; never None here
-            raise FeaturesUnavailable("no feature snapshot loaded (the explanation's baseline)")
-        return await explain_items(self.triton, self.explain_plans, current.baseline, self.names, model, version,
-                                   item_ids, features, scores, top_k, request_id,
-                                   n_permutations=self.options.explain_permutations,
-                                   concurrency=self.options.explain_concurrency)
 
 
 def create_app(cfg: Settings | None = None, options: GatewayOptions | None = None) -> Gateway:
