@@ -30,8 +30,10 @@ from modelops.serving.spec_publish import publish_model, route_first
 from modelops.serving.spec_reconcile import spec_key
 from modelops.serving.triton import TritonClient
 from tests.integration.test_model_zoo import _log_onnx, _register
+from tests.support.stackops import gateway_metric
 
 pytestmark = pytest.mark.integration
+ROUTES_ERRORS = "modelops_gateway_routes_errors_total"
 
 
 def _log_cancer(c: float) -> Any:
@@ -64,15 +66,6 @@ def _wait_revision(gateway: str, model: str, revision: int, timeout_s: float = 2
     while requests.get(f"{gateway}/v1/routes", timeout=5).json()["models"].get(model, {}).get("revision") != revision:
         assert time.monotonic() < deadline, f"the gateway never applied revision {revision} of {model}'s routes"
         time.sleep(0.1)
-
-
-def _routes_errors(gateway: str, model: str) -> float:
-    """The gateway's count of routes documents of ``model`` it could not apply (its ``/metrics``)."""
-    from prometheus_client.parser import text_string_to_metric_families
-
-    text = requests.get(f"{gateway}/metrics", timeout=5).text
-    return sum(s.value for f in text_string_to_metric_families(text) for s in f.samples
-               if s.name == "modelops_gateway_routes_errors_total" and s.labels.get("model") == model)
 
 
 def _triton_count(triton_url: str, model: str) -> int:
@@ -311,18 +304,11 @@ def test_a_canary_of_a_classifier_gets_its_share_and_a_rollback_ends_it(
     # judging a canary's request by another contract: CI once saw a 400 in that gap) until it can read it.
     good_spec = object_store.get_bytes(spec_key(model, 2))
     object_store.put_bytes(spec_key(model, 2), b"{not a spec")
-    held_before = _routes_errors(gateway, model)
+    held_before = gateway_metric(gateway, ROUTES_ERRORS, model=model)
     object_store.put_bytes(routes_key(model), serialize_routes(replace(
         routes, revision=routes.revision + 1, canary=VersionRef(canary.triton_version, canary.sha256),
         canary_weight=0.5, updated_at=datetime.now(UTC).isoformat())))
     body = {"dataframe_split": {"columns": list(_rows(1).columns), "data": _rows(2).to_numpy().tolist()}}
-    deadline = time.monotonic() + 20
-    while _routes_errors(gateway, model) < held_before + 2:  # two polls saw it and held it back
-        assert time.monotonic() < deadline, "the gateway never counted the unreadable canary spec"
-        time.sleep(0.1)
-    applied = requests.get(f"{gateway}/v1/routes", timeout=5).json()["models"][model]["revision"]
-    assert applied == routes.revision
-    object_store.put_bytes(spec_key(model, 2), good_spec)
 
     def served(n: int) -> dict[str, int]:
         seen: dict[str, int] = {}
@@ -332,7 +318,14 @@ def test_a_canary_of_a_classifier_gets_its_share_and_a_rollback_ends_it(
             seen[response.json()["variant"]] = seen.get(response.json()["variant"], 0) + 1
         return seen
 
-    assert served(10) == {"stable": 10}
+    deadline = time.monotonic() + 20
+    while gateway_metric(gateway, ROUTES_ERRORS, model=model) < held_before + 2:  # two polls held it back
+        assert time.monotonic() < deadline, "the gateway never counted the unreadable canary spec"
+        time.sleep(0.1)
+    applied = requests.get(f"{gateway}/v1/routes", timeout=5).json()["models"][model]["revision"]
+    assert applied == routes.revision
+    assert served(10) == {"stable": 10}  # held back: the spec is still unreadable
+    object_store.put_bytes(spec_key(model, 2), good_spec)
     _wait_revision(gateway, model, routes.revision + 1)
     split = served(80)
     assert 15 <= split.get("canary", 0) <= 65, split  # 50 % by request id (no routing key): binomial(80, .5)

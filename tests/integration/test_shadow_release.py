@@ -50,6 +50,7 @@ from tests.integration.test_canary_release import (
     trained,
 )
 from tests.support.releases import ended, explain
+from tests.support.stackops import gateway_metric
 
 pytestmark = pytest.mark.integration
 
@@ -87,13 +88,6 @@ def _logs_settled(store: ObjectStore, model: str, shadow_version: int,
         if (shadow and all(r["request_id"] in answered for r in shadow)) or time.monotonic() > deadline:
             return predictions, shadow
         time.sleep(2)
-
-
-def _metric(gateway: str, name: str, **labels: str) -> float:
-    from modelops.canary.promtext import parse
-
-    text = requests.get(f"{gateway}/metrics", timeout=10).text
-    return sum(s.value for s in parse(text) if s.name == name and all(s.label(k) == v for k, v in labels.items()))
 
 
 # ------------------------------------------------------------------ through model_release
@@ -326,23 +320,23 @@ def test_mirroring_never_delays_users_and_a_hanging_shadow_spends_only_its_budge
     labels = {"model": model, "version": str(good.version)}
     # 180 requests were mirrored to the good shadow; CI (2 cores, loaded) counted 120 answered "ok" once, so the
     # bound is one round's worth: the good shadow answers, and none of its answers disagree (next line).
-    assert _metric(gateway, "modelops_gateway_shadow_answers_total", outcome="ok", **labels) >= 60
-    assert _metric(gateway, "modelops_gateway_shadow_disagreements_total", measure="topk", **labels) == 0
+    assert gateway_metric(gateway, "modelops_gateway_shadow_answers_total", outcome="ok", **labels) >= 60
+    assert gateway_metric(gateway, "modelops_gateway_shadow_disagreements_total", measure="topk", **labels) == 0
     # The hanging shadow: a burst beyond the budget (32 in flight, each ending at its 2 s timeout).
     _route(object_store, gateway, model, stable, hanging)
     hung_labels = {"model": model, "version": str(hanging.version)}
     with ThreadPoolExecutor(8) as pool:
         burst = list(pool.map(lambda i: _latencies(gateway, model, 15, lambda j: body(i * 15 + j)), range(8)))
     assert statistics.median(x for run in burst for x in run) < 500.0  # users are answered, not held
-    dropped = _metric(gateway, "modelops_gateway_shadow_dropped_total", reason="budget", **hung_labels)
+    dropped = gateway_metric(gateway, "modelops_gateway_shadow_dropped_total", reason="budget", **hung_labels)
     assert dropped > 0, "120 requests in a burst against a budget of 32 calls hanging 2 s each"
     deadline = time.monotonic() + 10
-    while _metric(gateway, "modelops_gateway_shadow_answers_total", outcome="timeout", **hung_labels) == 0:
+    while gateway_metric(gateway, "modelops_gateway_shadow_answers_total", outcome="timeout", **hung_labels) == 0:
         assert time.monotonic() < deadline, "the hanging shadow's calls never timed out"
         time.sleep(0.5)
     # Every request answered while the hanging shadow was routed was mirrored or dropped, none queued.
-    mirrored_n = _metric(gateway, "modelops_gateway_shadow_mirrored_total", **hung_labels)
-    all_dropped = _metric(gateway, "modelops_gateway_shadow_dropped_total", **hung_labels)
+    mirrored_n = gateway_metric(gateway, "modelops_gateway_shadow_mirrored_total", **hung_labels)
+    all_dropped = gateway_metric(gateway, "modelops_gateway_shadow_dropped_total", **hung_labels)
     assert mirrored_n + all_dropped == 3 * 60 + 8 * 15, (mirrored_n, all_dropped)
     _route(object_store, gateway, model, stable)  # no shadow: routes back, the candidates can go
 
@@ -420,17 +414,18 @@ def test_classifiers_and_regressors_are_mirrored_in_both_forms_and_the_open_infe
     cls, reg = spec_models["classifier"], spec_models["regressor"]
     cls_labels = {"model": cls["name"], "version": str(cls["shadow"].version)}
     reg_labels = {"model": reg["name"], "version": str(reg["shadow"].version)}
-    while _metric(gateway, "modelops_gateway_shadow_answers_total", outcome="ok", **cls_labels) < 15 \
-            or _metric(gateway, "modelops_gateway_shadow_answers_total", outcome="ok", **reg_labels) < 15:
+    while gateway_metric(gateway, "modelops_gateway_shadow_answers_total", outcome="ok", **cls_labels) < 15 \
+            or gateway_metric(gateway, "modelops_gateway_shadow_answers_total", outcome="ok", **reg_labels) < 15:
         assert time.monotonic() < deadline, "the mirrored calls did not all end"
         time.sleep(0.5)
     # The classifier: every row compared by class; its heavily regularised second version flips some.
-    assert _metric(gateway, "modelops_gateway_shadow_compared_total", measure="class", **cls_labels) == 15 * 8
-    assert _metric(gateway, "modelops_gateway_shadow_disagreements_total", measure="class", **cls_labels) > 0
+    assert gateway_metric(gateway, "modelops_gateway_shadow_compared_total", measure="class", **cls_labels) == 15 * 8
+    assert gateway_metric(gateway, "modelops_gateway_shadow_disagreements_total", measure="class", **cls_labels) > 0
     # The regressor with its sign flipped: relative |Δ| per row, every one beyond 1 (a flip is 2).
-    rel = _metric(gateway, "modelops_gateway_shadow_divergence_count", measure="rel", **reg_labels)
-    below_one = _metric(gateway, "modelops_gateway_shadow_divergence_bucket", measure="rel", le="1", **reg_labels)
+    rel = gateway_metric(gateway, "modelops_gateway_shadow_divergence_count", measure="rel", **reg_labels)
+    below_one = gateway_metric(gateway, "modelops_gateway_shadow_divergence_bucket", measure="rel", le="1",
+                               **reg_labels)
     assert rel == 15 * 8 and below_one == 0
-    assert _metric(gateway, "modelops_gateway_shadow_compared_total", measure="class", **reg_labels) == 0
+    assert gateway_metric(gateway, "modelops_gateway_shadow_compared_total", measure="class", **reg_labels) == 0
     for m in spec_models.values():
         _route(object_store, gateway, m["name"], m["stable"])

@@ -37,6 +37,17 @@ def wait_for(check: Callable[[], T], timeout_s: float, what: str, *, poll_s: flo
         time.sleep(poll_s)
 
 
+def gateway_metric(gateway: str, name: str, **labels: str) -> float:
+    """The sum of the gateway's samples of ``name`` with ``labels`` (its ``/metrics``; 0 when absent).
+
+    Read with the canary's parser, which keeps the names as exposed.
+    """
+    from modelops.canary.promtext import parse
+
+    text = requests.get(f"{gateway}/metrics", timeout=10).text
+    return sum(s.value for s in parse(text) if s.name == name and all(s.label(k) == v for k, v in labels.items()))
+
+
 def service_pid(cfg: Settings, name: str) -> int | None:
     service = next(s for s in all_services(cfg) if s.name == name)
     return process.live_pid(service.pid_file(cfg.home))

@@ -137,7 +137,7 @@ class Gateway(GatewayPollers, LookupServing, EdgeServing, FeedbackServing, Shado
         if updated is None:
             return
         before = set(self.edge_models)
-        self._apply_routes(self._with_specs(updated))  # specs first (modelops.gateway.edge), then the routes
+        self._apply_routes(self._with_specs(updated))  # specs first (modelops.gateway.specs), then the routes
         if self._forget_unrouted(before):
             self.openapi = _JSON_ENCODE(add_model_paths(self.openapi_base, self._tabular_schemas(),
                                                         max_body_bytes=self.options.max_body_bytes))

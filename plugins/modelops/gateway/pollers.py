@@ -121,11 +121,6 @@ class GatewayPollers:
             except Exception:  # a poller must never die
                 log.exception("background %s failed", getattr(work, "__name__", work))
 
-    def _poll_routes_once(self) -> None:
-        updated = self._read_routes()
-        if updated is not None:
-            self._apply_routes(updated)
-
     def _read_routes(self) -> dict[str, Routes] | None:
         """The routes table as the store holds it now (None: the store is unreachable, keep the last good)."""
         try:
