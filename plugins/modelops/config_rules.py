@@ -64,6 +64,14 @@ def path(raw: str) -> Path:
     return path if path.is_absolute() else (PROJECT_ROOT / path)
 
 
+def memory_size(raw: str) -> str:
+    """A JVM memory size as Spark reads it (``spark.driver.memory``): digits and a unit k, m, g or t."""
+    value = raw.strip().lower()
+    if not (value[:-1].isdigit() and value[-1:] in {"k", "m", "g", "t"} and int(value[:-1]) > 0):
+        raise ValueError("must be a memory size: a whole number > 0 and a unit k, m, g or t")
+    return value
+
+
 def non_negative_float(raw: str) -> float:
     value = float(raw)
     if not value >= 0:

@@ -34,7 +34,7 @@ def spark_session(app_name: str, master: str | None = None, *, shuffle_partition
         .config("spark.sql.session.timeZone", "UTC")
         .config("spark.sql.shuffle.partitions", str(shuffle_partitions))
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.driver.memory", os.environ.get("MODELOPS_SPARK_DRIVER_MEMORY", "4g"))
+        .config("spark.driver.memory", settings().spark_driver_memory)
     )
     if master.startswith("local"):
         os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")

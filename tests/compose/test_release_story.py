@@ -448,8 +448,10 @@ def _local_rerun(args: list[str], out: str) -> None:
     import os
 
     from modelops.cli import main
+    from modelops.config import settings
 
     os.environ["MODELOPS_SPARK_DRIVER_MEMORY"] = "1g"
+    settings.cache_clear()  # read again, with the smaller driver
     rewritten, flag = [], ""
     for arg in args:
         if arg.startswith("--"):

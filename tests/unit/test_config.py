@@ -2,12 +2,23 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
-from modelops.config import PROJECT_ROOT, SETTINGS, Settings, load_settings, markdown_table
+from modelops import config_rules
+from modelops.config import (
+    PROJECT_ROOT,
+    SETTINGS,
+    STACK_PORT_OFFSETS,
+    Settings,
+    load_settings,
+    markdown_table,
+    stack_port_env,
+    value_of,
+)
 from modelops.errors import ConfigError
 
 
@@ -127,3 +138,71 @@ def test_every_setting_renders_to_text_that_parses_back() -> None:
     assert load_settings(rendered) == cfg
     empty = load_settings({})
     assert load_settings({s.env: s.render(getattr(empty, s.attr)) for s in SETTINGS}) == empty
+
+
+# Environment reads outside modelops.config, each with its reason; nothing else reads os.environ.
+_ENV_READS_ELSEWHERE = {
+    "plugins/modelops/gateway/options.py": "the serve command's options handed to uvicorn's workers",
+    "plugins/modelops/spark.py": "Spark's and PySpark's own variables (SPARK_LOCAL_IP, PYSPARK_PYTHON)",
+    "plugins/modelops/stack/airflow_stack.py": "PYTHONPATH passed on to Airflow's processes",
+    "plugins/modelops/stack/services.py": "the whole environment copied for a child process",
+    "plugins/modelops/deploy/preflight.py": "the deployment's secrets (.env), checked against .env.example",
+    "plugins/modelops/deploy/db_roles.py": "the deployment's PostgreSQL passwords and libpq's PGHOST/PGPORT",
+    "plugins/modelops/deploy/mlflow_users.py": "the deployment's MLflow passwords",
+}
+_ENV_READ = re.compile(r"""\bos\.environ\b|\bgetenv\(""")
+_ENV_WRITE = re.compile(r"""^\s*os\.environ\[[^\]]+\]\s*=[^=]""")  # handing a value to child processes
+_NAMED_READ = re.compile(r"""(?:environ(?:\.get|\.setdefault|\.pop)?\s*[\[(]|getenv\()\s*["'](\w+)["']""")
+
+
+def _code_files() -> list[Path]:
+    return sorted([*(PROJECT_ROOT / "plugins").rglob("*.py"), *(PROJECT_ROOT / "dags").rglob("*.py")])
+
+
+def test_settings_are_declared_once_as_fields() -> None:
+    """One declaration per setting: a field of Settings made by setting(); the table, env names and ports follow."""
+    source = (PROJECT_ROOT / "plugins" / "modelops" / "config.py").read_text()
+    for s in SETTINGS:
+        assert len(re.findall(rf"^    {s.attr}: [^=]+ = setting\(", source, re.MULTILINE)) == 1, s.attr
+        assert f'"{s.env}"' not in source or s.env != f"MODELOPS_{s.attr.upper()}", f"{s.env} spelt out again"
+    ports = {s.env for s in SETTINGS if s.parse is config_rules.port}
+    assert set(STACK_PORT_OFFSETS) == ports
+    assert len(set(STACK_PORT_OFFSETS.values())) == len(ports), "two ports at one place in the stack layout"
+    assert stack_port_env(24000)["MODELOPS_S3_PORT"] == "24310"
+
+
+def test_no_declared_setting_is_read_from_the_environment_outside_config() -> None:
+    declared = {s.env for s in SETTINGS}
+    found = []
+    for path in _code_files():
+        if path.name == "config.py" and path.parent.name == "modelops":
+            continue
+        rel = path.relative_to(PROJECT_ROOT).as_posix()
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            stripped = line.strip()
+            if stripped.startswith(("#", '"""')) or ("os." not in line and "getenv" not in line):
+                continue
+            named = set(_NAMED_READ.findall(line))
+            if named & declared:
+                found.append(f"{rel}:{number}: reads {sorted(named & declared)}; use modelops.config.settings()")
+            elif _ENV_READ.search(line) and not _ENV_WRITE.match(line) and rel not in _ENV_READS_ELSEWHERE:
+                found.append(f"{rel}:{number}: reads the environment; declare a setting in modelops.config")
+    assert not found, "\n".join(found)
+
+
+def test_the_grep_finds_a_read() -> None:
+    """The check above can fail: a declared variable read directly is found."""
+    assert _NAMED_READ.findall('x = os.environ.get("MODELOPS_S3_PORT", "9310")') == ["MODELOPS_S3_PORT"]
+    assert _NAMED_READ.findall("os.getenv('MODELOPS_HOME')") == ["MODELOPS_HOME"]
+    assert _ENV_READ.search("env = dict(os.environ)") and not _ENV_WRITE.match("env = dict(os.environ)")
+    assert _ENV_WRITE.match("    os.environ[KEY] = value")  # a write, not a read
+
+
+def test_a_single_setting_of_another_environment() -> None:
+    assert value_of("bucket", {}) == "modelops"
+    assert value_of("bucket", {"MODELOPS_BUCKET": "models"}) == "models"
+    with pytest.raises(ConfigError, match=r"MODELOPS_BUCKET='Bad_Bucket': must be an S3 bucket name.*example"):
+        value_of("bucket", {"MODELOPS_BUCKET": "Bad_Bucket"})
+    assert load_settings({"MODELOPS_SPARK_DRIVER_MEMORY": "2G"}).spark_driver_memory == "2g"
+    with pytest.raises(ConfigError, match=r"MODELOPS_SPARK_DRIVER_MEMORY='2GB': must be a memory size"):
+        load_settings({"MODELOPS_SPARK_DRIVER_MEMORY": "2GB"})

@@ -159,7 +159,7 @@ def main() -> int:
     except (ConfigError, KeyError) as exc:
         print(f"postgres-roles: {exc}", file=sys.stderr)
         return 1
-    host, port = env.get("MODELOPS_POSTGRES_HOST", "postgres"), int(env.get("MODELOPS_POSTGRES_HOST_PORT", "5432"))
+    host, port = env.get("PGHOST", "postgres"), int(env.get("PGPORT", "5432"))  # libpq's own variables
 
     def connect(dbname: str):  # type: ignore[no-untyped-def]
         return psycopg2.connect(host=host, port=port, user=superuser, password=password, dbname=dbname,

@@ -13,7 +13,8 @@ import sys
 
 import requests
 
-from modelops.errors import RegistryError
+from modelops.config import settings
+from modelops.errors import ConfigError, RegistryError
 
 PLATFORM_USER = "airflow"
 
@@ -46,9 +47,9 @@ def ensure_platform_user(base_url: str, admin_password: str, password: str, user
 
 def main() -> int:
     try:
-        ensure_platform_user(os.environ["MODELOPS_MLFLOW_TRACKING_URI"], os.environ["MLFLOW_ADMIN_PASSWORD"],
-                             os.environ["MLFLOW_AIRFLOW_PASSWORD"])
-    except (RegistryError, KeyError) as exc:
+        ensure_platform_user(settings().mlflow_uri,
+                             os.environ["MLFLOW_ADMIN_PASSWORD"], os.environ["MLFLOW_AIRFLOW_PASSWORD"])
+    except (ConfigError, RegistryError, KeyError) as exc:
         print(f"mlflow-init: {exc}", file=sys.stderr)
         return 1
     print(f"MLflow account {PLATFORM_USER!r} ready")

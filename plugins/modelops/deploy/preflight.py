@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from modelops.config import value_of
 from modelops.errors import ConfigError
 from modelops.secretfiles import write_private
 
@@ -216,11 +217,11 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ)
     try:
         check_secrets(env, parse_env_file(args.env_example.read_text()))
+        bucket, mlflow_bucket = value_of("bucket", env), value_of("mlflow_bucket", env)
+        airflow_user = value_of("airflow_user", env)
     except ConfigError as exc:
         print(exc, file=sys.stderr)
         return 1
-    bucket = env.get("MODELOPS_BUCKET", "modelops")
-    mlflow_bucket = env.get("MODELOPS_MLFLOW_BUCKET", "mlflow")
     for folder in (args.objectstore_config, args.mlflow_config, args.airflow_auth, args.triton_admin, args.spark_auth):
         folder.mkdir(parents=True, exist_ok=True)
     write_private(args.objectstore_config / "s3-identities.json",
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     write_private(args.mlflow_config / "mlflow-auth.ini", mlflow_auth_ini(env["MLFLOW_AUTH_DATABASE_URI"]),
                   mode=GROUP_READABLE)
     write_private(args.airflow_auth / "passwords.json",
-                  json.dumps({env.get("MODELOPS_AIRFLOW_USER", "admin"): env["AIRFLOW_ADMIN_PASSWORD"]}),
+                  json.dumps({airflow_user: env["AIRFLOW_ADMIN_PASSWORD"]}),
                   mode=GROUP_READABLE)
     write_private(args.triton_admin / "admin-key", env["TRITON_ADMIN_KEY"], mode=GROUP_READABLE)
     write_private(args.spark_auth / "secret", env["SPARK_AUTH_SECRET"], mode=GROUP_READABLE)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from modelops.config import PROJECT_ROOT, Settings
+from modelops.config import PROJECT_ROOT, Settings, settings
 from modelops.errors import StackError
 
 RULES_DIR = PROJECT_ROOT / "prometheus" / "rules"
@@ -39,7 +39,7 @@ def binary(name: str) -> Path:
     Raises:
         StackError: not unpacked yet (the message says how to get it).
     """
-    explicit = os.environ.get("MODELOPS_PROMETHEUS_BIN")
+    explicit = settings().prometheus_bin
     base = Path(explicit).parent if explicit else BIN_DIR
     path = base / BINARIES[name]
     if not os.access(path, os.X_OK):
