@@ -3,8 +3,10 @@
 Kept minimal on purpose: keep-alive connections in a pool, one request shape
 (``features`` FP32 ``[n, 128]`` in, ``score`` FP32 ``[n, 1]`` out, explicit version) and
 Triton's binary tensor extension both ways, so no float is ever printed or parsed as
-JSON. (``tritonclient``'s HTTP client is gevent-based and the generic asyncio HTTP
-clients cost several hundred microseconds per call.)
+JSON. Kept over the library by measurement: ``tritonclient.http.aio`` (aiohttp) on the same
+Triton, model and request (``bench/triton_client.py --port-base 8900 --requests 1000 --rounds 3``,
+2026-12-06, 2 cores) took 0.25 ms at p50 against this client's 0.10 ms at concurrency 1, and
+served 8,442 against 14,145 requests/s at concurrency 16 (this client 1.68x).
 
 Errors: :class:`TritonUnavailable` (cannot connect, or the version is not loaded: the
 gateway answers 503 with ``Retry-After``) and :class:`TritonFailed` (any other refusal

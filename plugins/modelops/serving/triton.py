@@ -1,7 +1,13 @@
-"""A thin client of Triton's HTTP API (KServe v2 + repository extension).
+"""The platform's client of Triton's HTTP API (KServe v2 + repository extension), on ``tritonclient.http``.
 
 Every failure (connection, HTTP status, malformed answer) becomes
 :class:`~modelops.errors.ServingError` naming the call and Triton's own message.
+
+``tritonclient.http.InferenceServerClient`` is not thread-safe (its docstring: "intended to be used by a
+single thread"); the publisher loads a model's two graphs from two threads and the reconciler serves
+several Tritons at once, so each thread (and each forked process) gets its own library client, made on
+first use and dropped with its thread. Repository calls that load or unload use a second one whose
+network timeout is the load timeout.
 
 A production Triton restricts its model-repository API (``--http-restricted-api=model-repository:
 admin-key=KEY``, docker/triton-serve.sh): the repository calls (index, load, unload) carry the header
@@ -12,29 +18,36 @@ health, metadata and statistics never do.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import os
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
-import numpy as np
+import gevent
 import numpy.typing as npt
 import requests
+from tritonclient import http as triton_http
+from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 
 from modelops.config import Settings, settings
 from modelops.credentials import triton_admin_key
 from modelops.errors import ServingError
 
 Array = npt.NDArray[Any]
+T = TypeVar("T")
 
 ADMIN_HEADER = "admin-key"
 """The header Triton's restricted repository API checks (the key of ``--http-restricted-api``)."""
 
-_NP_TO_TRITON: dict[np.dtype[Any], str] = {
-    np.dtype(np.float32): "FP32", np.dtype(np.float64): "FP64", np.dtype(np.int64): "INT64",
-    np.dtype(np.int32): "INT32", np.dtype(np.bool_): "BOOL",
-}
-_TRITON_TO_NP: dict[str, np.dtype[Any]] = {v: k for k, v in _NP_TO_TRITON.items()}
+_DATATYPES = {"FP32", "FP64", "INT64", "INT32", "BOOL", "BYTES"}
+
+# A forked child (an Airflow task process, a Celery pool process) inherits its parent's gevent loop, on which
+# every library call would hang: prepare it for the new process, as gevent's docs ask.
+os.register_at_fork(after_in_child=gevent.reinit)
 
 
 @dataclass(frozen=True)
@@ -65,9 +78,29 @@ class TritonClient:
 
     @cached_property
     def session(self) -> requests.Session:
+        """Plain HTTP to the same server, for endpoints this client does not wrap (diagnostics, tests)."""
         session = requests.Session()
         session.headers.update(dict(self.headers))
         return session
+
+    @cached_property
+    def _per_thread(self) -> threading.local:
+        return threading.local()
+
+    def _library(self, *, long: bool = False) -> triton_http.InferenceServerClient:
+        """This thread's (and process's) library client; ``long``: the one with the load timeout."""
+        local = self._per_thread
+        key = f"client_{int(long)}"
+        held = getattr(local, key, None)
+        if held is None or held[0] != os.getpid():
+            parts = urlsplit(self.base_url)
+            timeout = self.load_timeout_s if long else self.timeout_s
+            client = triton_http.InferenceServerClient(
+                f"{parts.netloc}{parts.path.rstrip('/')}", ssl=parts.scheme == "https",
+                connection_timeout=min(timeout, self.timeout_s), network_timeout=timeout)
+            held = (os.getpid(), client)
+            setattr(local, key, held)
+        return held[1]
 
     @cached_property
     def _admin_headers(self) -> dict[str, str]:
@@ -77,37 +110,34 @@ class TritonClient:
             raise ServingError(f"Triton admin key: {exc} (MODELOPS_TRITON_ADMIN_KEY_FILE)") from exc
         return {ADMIN_HEADER: key} if key else {}
 
-    def _call(self, method: str, path: str, *, body: Any = None, timeout: float | None = None,
-              ok: tuple[int, ...] = (200,), admin: bool = False) -> requests.Response:
-        url = f"{self.base_url.rstrip('/')}{path}"
-        try:
-            headers = self._admin_headers if admin else None
-            response = self.session.request(method, url, json=body, timeout=timeout or self.timeout_s,
-                                            headers=headers)
-        except requests.RequestException as exc:
-            raise ServingError(f"Triton {method} {url}: {exc}") from exc
-        if response.status_code not in ok:
-            raise ServingError(f"Triton {method} {url}: HTTP {response.status_code}: {_error_text(response)}")
-        return response
+    def _headers(self, *, admin: bool = False) -> dict[str, str] | None:
+        merged = {**self.headers, **(self._admin_headers if admin else {})}
+        return merged or None
+
+    def _call(self, what: str, call: Callable[[triton_http.InferenceServerClient], T], *, long: bool = False) -> T:
+        """One library call; its errors as :class:`ServingError` naming ``what`` and Triton's message."""
+        with _translated(f"Triton {what} at {self.base_url}"):
+            return call(self._library(long=long))
 
     # -- health ---------------------------------------------------------------------------
     def is_ready(self) -> bool:
         """Whether the server answers ready (False when unreachable)."""
         try:
-            return self._call("GET", "/v2/health/ready", ok=(200, 400)).status_code == 200
+            return self._call("health", lambda c: bool(c.is_server_ready(headers=self._headers())))
         except ServingError:
             return False
 
     def is_model_ready(self, model: str, version: int) -> bool:
         try:
-            response = self._call("GET", f"/v2/models/{model}/versions/{version}/ready", ok=(200, 400, 404))
+            return self._call(f"{model} v{version} ready", lambda c: bool(
+                c.is_model_ready(model, model_version=str(version), headers=self._headers())))
         except ServingError:
             return False
-        return response.status_code == 200
 
-    # -- repository -----------------------------------------------------------------------
+# -- repository -----------------------------------------------------------------------
     def repository_index(self) -> list[ModelState]:
-        rows = self._json(self._call("POST", "/v2/repository/index", body={}, admin=True))
+        rows = self._call("repository index", lambda c: c.get_model_repository_index(
+            headers=self._headers(admin=True)))
         if not isinstance(rows, list):
             raise ServingError(f"Triton repository index: expected a list, got {type(rows).__name__}")
         return [
@@ -125,20 +155,17 @@ class TritonClient:
 
     def load(self, model: str, config: Mapping[str, Any] | None = None) -> None:
         """Load (or reload) ``model``; ``config`` is Triton's JSON model config used instead of the file."""
-        body: dict[str, Any] = {}
-        if config is not None:
-            body = {"parameters": {"config": json.dumps(config)}}
-        self._call("POST", f"/v2/repository/models/{model}/load", body=body, timeout=self.load_timeout_s,
-                   admin=True)
+        text = None if config is None else json.dumps(config)
+        self._call(f"load {model}", lambda c: c.load_model(model, headers=self._headers(admin=True), config=text),
+                   long=True)
 
     def unload(self, model: str) -> None:
-        self._call("POST", f"/v2/repository/models/{model}/unload", body={}, timeout=self.load_timeout_s,
-                   admin=True)
+        self._call(f"unload {model}", lambda c: c.unload_model(model, headers=self._headers(admin=True)), long=True)
 
     def model_config(self, model: str, version: int | None = None) -> dict[str, Any]:
         """The config Triton uses for ``model`` (of one loaded ``version`` when given)."""
-        path = f"/v2/models/{model}/config" if version is None else f"/v2/models/{model}/versions/{version}/config"
-        doc = self._json(self._call("GET", path))
+        doc = self._call(f"config of {model}", lambda c: c.get_model_config(
+            model, model_version="" if version is None else str(version), headers=self._headers()))
         if not isinstance(doc, dict):
             raise ServingError(f"Triton config of {model}: expected an object")
         return doc
@@ -146,32 +173,22 @@ class TritonClient:
     # -- inference --------------------------------------------------------------------------
     def infer(self, model: str, version: int, inputs: Mapping[str, Array],
               outputs: tuple[str, ...]) -> dict[str, Array]:
-        """Run one request on an explicit version; returns output name → array."""
-        body = {
-            "inputs": [
-                {"name": name, "shape": list(arr.shape), "datatype": _datatype(arr),
-                 "data": arr.ravel().tolist()}
-                for name, arr in inputs.items()
-            ],
-            "outputs": [{"name": name} for name in outputs],
-        }
-        doc = self._json(self._call("POST", f"/v2/models/{model}/versions/{version}/infer", body=body))
-        try:
-            result = {}
-            for out in doc["outputs"]:
-                dtype: np.dtype[Any] | None = _TRITON_TO_NP.get(out["datatype"])
-                if dtype is None:
-                    raise ServingError(f"Triton {model} v{version}: unsupported type {out['datatype']}")
-                result[out["name"]] = np.asarray(out["data"], dtype=dtype).reshape(out["shape"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ServingError(f"Triton {model} v{version}: malformed inference answer ({exc})") from exc
-        return result
-
-    def _json(self, response: requests.Response) -> Any:
-        try:
-            return response.json()
-        except ValueError as exc:
-            raise ServingError(f"Triton {response.url}: answer is not JSON ({exc})") from exc
+        """Run one request on an explicit version (binary tensors); returns output name → array."""
+        tensors = []
+        for name, arr in inputs.items():
+            tensor = triton_http.InferInput(name, list(arr.shape), _datatype(arr))
+            tensor.set_data_from_numpy(arr, binary_data=True)
+            tensors.append(tensor)
+        wanted = [triton_http.InferRequestedOutput(name, binary_data=True) for name in outputs]
+        result = self._call(f"{model} v{version} inference", lambda c: c.infer(
+            model, tensors, model_version=str(version), outputs=wanted, headers=self._headers()))
+        answers = {}
+        for name in outputs:
+            array = result.as_numpy(name)
+            if array is None:
+                raise ServingError(f"Triton {model} v{version}: malformed inference answer (no output {name!r})")
+            answers[name] = array
+        return answers
 
 
 def triton_clients(cfg: Settings | None = None, **options: Any) -> list[TritonClient]:
@@ -184,15 +201,19 @@ def triton_clients(cfg: Settings | None = None, **options: Any) -> list[TritonCl
 
 
 def _datatype(arr: Array) -> str:
-    try:
-        return _NP_TO_TRITON[arr.dtype]
-    except KeyError:
-        raise ServingError(f"unsupported input dtype {arr.dtype} (example: float32)") from None
+    kind = np_to_triton_dtype(arr.dtype)
+    if kind not in _DATATYPES:
+        raise ServingError(f"unsupported input dtype {arr.dtype} (example: float32)")
+    return str(kind)
 
 
-def _error_text(response: requests.Response) -> str:
+@contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """The library's and the network's errors as :class:`ServingError` (Triton's own message kept)."""
     try:
-        doc = response.json()
-    except ValueError:
-        return response.text[:500]
-    return str(doc.get("error", doc)) if isinstance(doc, dict) else str(doc)[:500]
+        yield
+    except InferenceServerException as exc:
+        status = f"HTTP {exc.status()}: " if exc.status() else ""
+        raise ServingError(f"{what}: {status}{exc.message()}") from exc
+    except (OSError, gevent.Timeout) as exc:
+        raise ServingError(f"{what}: {type(exc).__name__}: {exc}") from exc
