@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT))
 
-from bench.gateway import pct, run_load, start_gateway  # noqa: E402
+from bench.gateway import pct, run_load, start_gateway, start_profiler  # noqa: E402
 
 from modelops.process import free_port  # noqa: E402
 
@@ -109,6 +109,7 @@ def bench(args: argparse.Namespace) -> None:
         for conc in args.concurrency:  # warm-up every path
             for name, url in urls.items():
                 asyncio.run(run_load(url, sent[name][:100], conc))
+        profiler = None if args.flame is None else start_profiler(proc.pid, args.flame)
         for round_ in range(args.rounds):
             for conc in args.concurrency:
                 order = list(urls) if round_ % 2 == 0 else list(urls)[::-1]
@@ -117,6 +118,9 @@ def bench(args: argparse.Namespace) -> None:
                     results.setdefault((name, conc), []).append((len(sent[name]) / seconds, pct(lat, 50)))
                     print(f"round {round_ + 1} c={conc:<2} {name:<8} {len(sent[name]) / seconds:8.0f} req/s  "
                           f"p50 {pct(lat, 50):6.2f} ms  p99 {pct(lat, 99):6.2f} ms", flush=True)
+        if profiler is not None:  # idle samples are left out: direct's rounds add nothing
+            profiler.send_signal(signal.SIGINT)
+            profiler.wait(timeout=60)
     finally:
         os.kill(proc.pid, signal.SIGTERM)
         proc.wait(timeout=30)
@@ -140,6 +144,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--rows", type=int, default=10, help="rows per request")
     parser.add_argument("--concurrency", type=int, nargs="+", default=[1, 16])
+    parser.add_argument("--flame", type=Path, default=None,
+                        help="record the gateway with py-spy into this file (.svg: flame graph, else collapsed "
+                             "stacks); BENCH_PYSPY_ARGS overrides '--gil --nonblocking'")
     parser.add_argument("--port-base", type=int, default=None,
                         help="start a private stack (Triton and the object store only) at this port base")
     args = parser.parse_args()
