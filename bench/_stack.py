@@ -91,6 +91,11 @@ class SparkCluster:
     workers: int = 2
     cores: int = 1
     memory: str = "1g"
+    auth_secret: str = ""
+    """RPC authentication (``spark.authenticate``) with this shared secret, as docker/spark-daemon.sh starts the
+    compose topology's daemons: the secret in their environment, never on a command line. Empty: none."""
+    crypto: bool = False
+    """With ``auth_secret``: RPC encryption too (``spark.network.crypto.enabled``; drivers need the same)."""
 
     @property
     def master_url(self) -> str:
@@ -108,9 +113,16 @@ class SparkCluster:
         """What the daemons and a driver of this cluster need: loopback, this interpreter for Python workers."""
         import pyspark
 
-        return {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent), "SPARK_LOCAL_IP": "127.0.0.1",
-                "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
-                "SPARK_WORKER_DIR": str(self.home / "spark-work"), "NO_PROXY": "127.0.0.1,localhost"}
+        env = {**os.environ, "SPARK_HOME": str(Path(pyspark.__file__).parent), "SPARK_LOCAL_IP": "127.0.0.1",
+               "PYSPARK_PYTHON": sys.executable, "PYSPARK_DRIVER_PYTHON": sys.executable,
+               "SPARK_WORKER_DIR": str(self.home / "spark-work"), "NO_PROXY": "127.0.0.1,localhost"}
+        if self.auth_secret:  # the daemons read _SPARK_AUTH_SECRET; a driver, MODELOPS_SPARK_AUTH_SECRET
+            crypto = " -Dspark.network.crypto.enabled=true" if self.crypto else ""
+            env |= {"_SPARK_AUTH_SECRET": self.auth_secret, "MODELOPS_SPARK_AUTH_SECRET": self.auth_secret,
+                    "SPARK_DAEMON_JAVA_OPTS": f"-Dspark.authenticate=true{crypto}"}
+            if self.crypto:
+                env["PYSPARK_SUBMIT_ARGS"] = "--conf spark.network.crypto.enabled=true pyspark-shell"
+        return env
 
     def start(self, timeout_s: float = 180.0) -> None:
         """Start the master and the workers; return when the master lists every worker ALIVE."""
