@@ -22,6 +22,7 @@ checks take ~10 minutes of a 2-core machine): ``make compose-test``'s own timing
 
     .venv/bin/python bench/compose_hardening.py                      # 3 rounds of each
     .venv/bin/python bench/compose_hardening.py --parts spark --rows 100000
+    .venv/bin/python bench/compose_hardening.py --parts up --without 0d2150a  # the preloaded worker apart
 """
 
 from __future__ import annotations
@@ -104,27 +105,56 @@ class Side:
         subprocess.run([DOCKER, "image", "rm", "-f", *tags], capture_output=True, check=False)
 
 
+def _tree(work: Path, name: str, revision: str) -> Path:
+    """A revision's files (``git archive``) in ``work/name``."""
+    tree = work / name
+    tree.mkdir()
+    archive = subprocess.run(["git", "archive", revision], cwd=ROOT, check=True, capture_output=True).stdout
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive, check=True)
+    return tree
+
+
+def _without(work: Path, commit: str) -> Side:
+    """This revision (HEAD) with ``commit``'s change to the compose file taken back: a later change that is
+    not part of the hardening (e.g. 0d2150a, the preloaded Celery worker) measured apart from it."""
+    tree = _tree(work, f"tree-without-{commit}", "HEAD")
+    patch = subprocess.run(["git", "show", "--format=", commit, "--", "docker-compose.yml"], cwd=ROOT, check=True,
+                           capture_output=True).stdout
+    subprocess.run(["git", "apply", "-R"], cwd=tree, input=patch, check=True)
+    return Side(f"after-without-{commit[:7]}", tree, work)
+
+
 def bench_up(args: argparse.Namespace, work: Path) -> dict[str, list[tuple[float, float]]]:
-    before_tree = work / "before-tree"
-    before_tree.mkdir()
-    archive = subprocess.run(["git", "archive", args.before], cwd=ROOT, check=True, capture_output=True).stdout
-    subprocess.run(["tar", "-x", "-C", str(before_tree)], input=archive, check=True)
-    sides = [Side("before", before_tree, work), Side("after", ROOT, work)]
+    sides = [Side("before", _tree(work, "before-tree", args.before), work), Side("after", ROOT, work),
+             *(_without(work, commit) for commit in args.without)]
     subprocess.run([str(ROOT / "docker/engine.sh"), "base"], check=True)
     for side in sides:
         side.prepare(args.compose_port_base)
     results: dict[str, list[tuple[float, float]]] = {side.name: [] for side in sides}
     try:
         for r in range(args.rounds):
-            for side in sides if r % 2 == 0 else sides[::-1]:
+            for side in sides[r % len(sides):] + sides[:r % len(sides)]:  # each side goes first in turn
                 seconds, memory = side.up_once()
                 results[side.name].append((seconds, memory))
-                print(f"  round {r + 1} {side.name:6s} up --wait {seconds:6.1f} s, memory {memory:.2f} GB "
+                print(f"  round {r + 1} {side.name:22s} up --wait {seconds:6.1f} s, memory {memory:.2f} GB "
                       f"(load {load()})", flush=True)
     finally:
         for side in sides:
             side.remove_images()
     return results
+
+
+def _check_executor_flags(name: str, work_dir: Path, *, crypto: bool) -> None:
+    """Each executor's launch command (its worker logs it) carries the authentication and encryption flags
+    that cluster was meant to run with: encryption negotiated off would look the same in the timings."""
+    commands = [line for f in work_dir.glob("app-*/*/stderr") for line in f.read_text().splitlines()
+                if "Spark Executor Command" in line]
+    assert commands, f"{name}: no executor launch command under {work_dir}"
+    for command in commands:
+        assert ("-Dspark.authenticate=true" in command) == (name != "plain"), f"{name}: {command}"
+        assert ("-Dspark.network.crypto.enabled=true" in command) == crypto, f"{name}: {command}"
+    print(f"  {name}: {len(commands)} executors launched with authenticate={name != 'plain'}, crypto={crypto}",
+          flush=True)
 
 
 def bench_spark(args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
@@ -160,6 +190,8 @@ def bench_spark(args: argparse.Namespace, work: Path) -> dict[str, list[float]]:
                 assert not differences, f"{name} and plain differ:\n  " + "\n  ".join(differences[:10])
             print(f"  round {r + 1}: " + ", ".join(f"{n} {results[n][-1]:.2f} s" for n in clusters)
                   + "; results equal", flush=True)
+        for name, cluster in clusters.items():
+            _check_executor_flags(name, cluster.home / "spark-work", crypto=name == "auth+crypto")
         return results
     finally:
         for driver in drivers.values():
@@ -173,6 +205,8 @@ def main() -> int:
     parser.add_argument("--parts", default="up,spark", help="comma list of: up, spark")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--before", default=BEFORE, help="the revision before the hardening")
+    parser.add_argument("--without", action="append", default=[], metavar="COMMIT",
+                        help="also up HEAD with this commit's compose change taken back (repeatable)")
     parser.add_argument("--compose-port-base", type=int, default=28500)
     parser.add_argument("--rows", type=int, default=200_000, help="drift rows per side")
     parser.add_argument("--spark-port", type=int, default=22700, help="the three masters here, +50 and +100")
@@ -201,10 +235,13 @@ def main() -> int:
                     subprocess.run([str(ROOT / "docker/engine.sh"), "stop"], check=False)
             med_up = {n: statistics.median(r[0] for r in rows) for n, rows in ups.items()}
             med_mem = {n: statistics.median(r[1] for r in rows) for n, rows in ups.items()}
-            print(f"up --wait medians: before {med_up['before']:.1f} s, after {med_up['after']:.1f} s; memory "
-                  f"before {med_mem['before']:.2f} GB, after {med_mem['after']:.2f} GB", flush=True)
-            summary += [f"ratio memory after / before: {med_mem['after'] / med_mem['before']:.2f}",
-                        f"ratio up --wait after / before: {med_up['after'] / med_up['before']:.2f} "
+            print("up --wait medians: " + ", ".join(f"{n} {s:.1f} s ({med_mem[n]:.2f} GB)" for n, s in med_up.items()),
+                  flush=True)
+            for name in med_up.keys() - {"before"}:
+                summary += [f"ratio memory {name} / before: {med_mem[name] / med_mem['before']:.2f}"]
+            for name in med_up.keys() - {"before", "after"}:
+                summary += [f"ratio up --wait {name} / before: {med_up[name] / med_up['before']:.2f}"]
+            summary += [f"ratio up --wait after / before: {med_up['after'] / med_up['before']:.2f} "
                         f"(goal <= {GOAL:.2f})"]
     print(f"load at end: {load()}")
     for line in summary:

@@ -33,6 +33,27 @@ def test_model_info_round_trips_with_schema_version_1() -> None:
     assert ModelInfo.from_json(record.to_json()) == record
 
 
+@pytest.mark.parametrize(("change", "named"), [
+    ({"triton_version": "3"}, "$.triton_version"),  # a string where an integer belongs: refused, not kept
+    ({"features": "f_000"}, "$.features"),
+    ({"surprise": 1}, "surprise"),
+])
+def test_model_info_refuses_a_wrong_type_or_an_unknown_field_naming_it(change: dict[str, object], named: str) -> None:
+    doc = {**json.loads(info().to_json()), **change}
+    with pytest.raises(ServingError, match=r"model-info\.json: unreadable") as caught:
+        ModelInfo.from_json(json.dumps(doc))
+    assert named in str(caught.value)
+
+
+def test_manifest_bytes_are_stable_and_files_sorted() -> None:
+    manifest = Manifest("ranker", 3, "s", {"b/1/x": "2", "a/1/y": "1"})
+    assert list(manifest.files) == ["a/1/y", "b/1/x"]
+    assert manifest.to_json() == (json.dumps({"files": {"a/1/y": "1", "b/1/x": "2"}, "model": "ranker",
+                                              "schema_version": 1, "sha256": "s", "triton_version": 3},
+                                             indent=2, sort_keys=True) + "\n").encode()
+    assert Manifest.from_json(manifest.to_json()) == manifest
+
+
 def test_bundle_sha_changes_with_any_artifact_and_not_with_order() -> None:
     base = {"model.onnx": b"m", "preprocess.onnx": b"p"}
     assert bundle_sha256(base) == bundle_sha256(dict(reversed(list(base.items()))))

@@ -12,9 +12,9 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field, fields
-from types import MappingProxyType
-from typing import Any
+from typing import TypeVar
+
+import msgspec
 
 from modelops.errors import ServingError
 
@@ -22,6 +22,8 @@ MODEL_INFO_SCHEMA_VERSION = 1
 MANIFEST_SCHEMA_VERSION = 1
 MODEL_INFO_FILE = "model-info.json"
 COMPLETE_MARKER = "_COMPLETE"
+_STRUCT = {"frozen": True, "forbid_unknown_fields": True}
+_Record = TypeVar("_Record", bound=msgspec.Struct)
 
 
 def sha256_bytes(data: bytes) -> str:
@@ -40,8 +42,23 @@ def bundle_sha256(files: Mapping[str, bytes]) -> str:
     return sha256_bytes(lines.encode())
 
 
-@dataclass(frozen=True)
-class ModelInfo:
+def _to_json(record: msgspec.Struct) -> bytes:
+    """The record as the files have always been written: two-space indent, keys sorted, a final newline."""
+    return (json.dumps(msgspec.to_builtins(record), indent=2, sort_keys=True) + "\n").encode()
+
+
+def _from_json(data: bytes | str, kind: type[_Record], what: str, schema_version: int) -> _Record:
+    """Decode and type-check one record; a wrong type, a missing or an unknown field names its path."""
+    try:
+        found = msgspec.json.decode(data, type=dict[str, object]).get("schema_version")
+        if found != schema_version:
+            raise ServingError(f"{what}: schema_version must be {schema_version}, found {found!r}")
+        return msgspec.json.decode(data, type=kind)
+    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+        raise ServingError(f"{what}: unreadable ({exc})") from exc
+
+
+class ModelInfo(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
     """Provenance of one served version (``model-info.json``).
 
     Attributes:
@@ -62,7 +79,7 @@ class ModelInfo:
     model: str
     triton_version: int
     sha256: str
-    files_sha256: Mapping[str, str]
+    files_sha256: dict[str, str]
     mlflow_model_uri: str
     mlflow_version: str
     run_id: str
@@ -75,57 +92,38 @@ class ModelInfo:
     schema_version: int = MODEL_INFO_SCHEMA_VERSION
 
     def to_json(self) -> bytes:
-        doc = {f.name: getattr(self, f.name) for f in fields(self)}
-        doc["files_sha256"] = dict(sorted(self.files_sha256.items()))
-        doc["features"] = list(self.features)
-        return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+        return _to_json(self)
 
     @classmethod
     def from_json(cls, data: bytes | str) -> ModelInfo:
-        try:
-            doc: Any = json.loads(data)
-            if doc.get("schema_version") != MODEL_INFO_SCHEMA_VERSION:
-                raise ServingError(f"model-info.json: schema_version must be {MODEL_INFO_SCHEMA_VERSION}")
-            doc["features"] = tuple(doc["features"])
-            return cls(**doc)
-        except (ValueError, TypeError, AttributeError, KeyError) as exc:
-            raise ServingError(f"model-info.json: unreadable ({exc})") from exc
+        return _from_json(data, cls, MODEL_INFO_FILE, MODEL_INFO_SCHEMA_VERSION)
 
 
-@dataclass(frozen=True)
-class Manifest:
+class Manifest(msgspec.Struct, **_STRUCT):  # type: ignore[call-arg]
     """The ``_COMPLETE`` marker: every file of a version and its sha256.
 
     Attributes:
         model: Triton pipeline name.
         triton_version: version integer.
         sha256: identity of the version.
-        files: repository-relative path (``NAME_model/3/model.onnx``) → sha256.
+        files: repository-relative path (``NAME_model/3/model.onnx``) → sha256, sorted by path.
     """
 
     model: str
     triton_version: int
     sha256: str
-    files: Mapping[str, str] = field(default_factory=dict)
+    files: dict[str, str] = msgspec.field(default_factory=dict)
     schema_version: int = MANIFEST_SCHEMA_VERSION
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "files", MappingProxyType(dict(sorted(self.files.items()))))
+        msgspec.structs.force_setattr(self, "files", dict(sorted(self.files.items())))
 
     def to_json(self) -> bytes:
-        doc = {"schema_version": self.schema_version, "model": self.model,
-               "triton_version": self.triton_version, "sha256": self.sha256, "files": dict(self.files)}
-        return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+        return _to_json(self)
 
     @classmethod
     def from_json(cls, data: bytes | str) -> Manifest:
-        try:
-            doc: Any = json.loads(data)
-            if doc.get("schema_version") != MANIFEST_SCHEMA_VERSION:
-                raise ServingError(f"{COMPLETE_MARKER}: schema_version must be {MANIFEST_SCHEMA_VERSION}")
-            return cls(**doc)
-        except (ValueError, TypeError, AttributeError) as exc:
-            raise ServingError(f"{COMPLETE_MARKER}: unreadable ({exc})") from exc
+        return _from_json(data, cls, COMPLETE_MARKER, MANIFEST_SCHEMA_VERSION)
 
     @classmethod
     def of(cls, model: str, triton_version: int, sha256: str, files: Mapping[str, bytes]) -> Manifest:
