@@ -42,6 +42,13 @@ CONTEXT = ("requirements.lock", "pyproject.toml", "README.md", ".env.example", "
            "expectations", "model_repository", "docker")
 
 
+def engine_running() -> bool:
+    """Whether a Docker engine answers (False on a fresh machine where docker.io is not installed yet)."""
+    if not os.path.exists(DOCKER):
+        return False
+    return subprocess.run([DOCKER, "info"], capture_output=True, check=False).returncode == 0
+
+
 def load() -> str:
     return " ".join(f"{x:.2f}" for x in os.getloadavg())
 
@@ -160,7 +167,7 @@ def main() -> int:
     args = parser.parse_args()
     skip = set(filter(None, args.skip.split(",")))
     print(f"load at start: {load()}", flush=True)
-    engine_was_running = subprocess.run([DOCKER, "info"], capture_output=True, check=False).returncode == 0
+    engine_was_running = engine_running()
     subprocess.run([str(ROOT / "docker/engine.sh"), "start"], check=True)
     try:
         return _measure(args, skip)

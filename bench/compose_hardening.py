@@ -42,7 +42,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 sys.path.insert(0, str(ROOT))
 
-from bench.compose import COMPOSE, DOCKER, PROJECT, build, load, run, topology_memory_gb  # noqa: E402
+from bench.compose import COMPOSE, DOCKER, PROJECT, build, engine_running, load, run, topology_memory_gb  # noqa: E402
 
 BEFORE = "5bea0bc9b26a3ca66aae24700251c25f343e1071"  # 8c02219^: the topology before the hardening
 STANDINS = ("postgres", "nginx", "prometheus", "pushgateway", "alertmanager", "redis")
@@ -226,7 +226,7 @@ def main() -> int:
             summary += [f"ratio Spark job authenticated / plain: {med['auth'] / med['plain']:.2f}",
                         f"ratio Spark job authenticated+encrypted / plain: {med['auth+crypto'] / med['plain']:.2f}"]
         if "up" in parts:
-            engine_was_running = subprocess.run([DOCKER, "info"], capture_output=True, check=False).returncode == 0
+            engine_was_running = engine_running()
             subprocess.run([str(ROOT / "docker/engine.sh"), "start"], check=True)
             try:
                 ups = bench_up(args, work)
