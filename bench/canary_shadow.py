@@ -7,7 +7,7 @@ fails (:func:`~modelops.canary.shadow.shadow_fails_early`) — fed a **simulated
 instead of a live stack: every second, Poisson(``rate``) requests of 2–6 items answered by the stable
 version (scores ~ Beta(2, 8): mean 0.2, std 0.12, like the reference recommender's 0.11), each
 mirrored (``shadow_share``) to a candidate whose answer, latency and errors the variant sets, and
-counted the way the gateway counts them (:mod:`modelops.gateway.divergence`: |Δ| per item into the
+counted the way the gateway counts them (:mod:`modelops.gateway.shadow.divergence`: |Δ| per item into the
 same histogram bounds, top-k order changes per request, call time histograms). A live run per trial
 (publish, Airflow, ≥ 60 s windows) would take 2–5 minutes; the simulation runs a trial in well under
 a second, so every variant gets many trials. What it leaves out is the live stack's noise (the

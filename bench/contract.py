@@ -3,7 +3,7 @@
 No stack needed. The same documents (the valid request of the README and one breaking the
 ``user_id`` pattern) are checked by, alternating in each round:
 
-- ``kept``: :class:`modelops.gateway.contract.RequestContract` (jsonschema-rs ``is_valid``,
+- ``kept``: :class:`modelops.gateway.protocol.contract.RequestContract` (jsonschema-rs ``is_valid``,
   plus the first error turned into the 400 body when the document is refused);
 - ``closures``: the hand-written compiler the gateway used before (Python ``re``; it also
   accepted ``"u1\\n"``), read from git history (``--closures-rev``) when the clone has it;
@@ -66,7 +66,7 @@ def main() -> None:
 
     import jsonschema
 
-    from modelops.gateway.contract import load_contract
+    from modelops.gateway.protocol.contract import load_contract
 
     contract = load_contract()
     reference = jsonschema.Draft202012Validator(contract.schema)

@@ -1,6 +1,6 @@
 """Benchmark: what a durable 200 costs a prediction, group commit vs the alternatives.
 
-No stack needed: the gateway's own :class:`~modelops.gateway.spool.GroupCommitter` and
+No stack needed: the gateway's own :class:`~modelops.gateway.logs.spool.GroupCommitter` and
 segment writer on a spool directory (``--dir``, default under ``$MODELOPS_HOME`` or /tmp;
 put it on the disk the gateway's spool uses). ``--concurrency`` coroutines each log
 ``--n`` prediction records the way ``/predict`` does, one record per simulated request,
@@ -34,9 +34,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 
-from modelops.gateway.eventlog import prediction_record  # noqa: E402
-from modelops.gateway.groupcommit import GroupCommitter  # noqa: E402
-from modelops.gateway.spool import SegmentWriter, encode_frame  # noqa: E402
+from modelops.gateway.logs.eventlog import prediction_record  # noqa: E402
+from modelops.gateway.logs.groupcommit import GroupCommitter  # noqa: E402
+from modelops.gateway.logs.spool import SegmentWriter, encode_frame  # noqa: E402
 
 
 def _record(k: int) -> list[object]:

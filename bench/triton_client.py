@@ -6,7 +6,7 @@ FP32 ``[rows, 128]`` in, ``score`` out, an explicit version, Triton's binary ten
 
 - ``library``: ``tritonclient.http.aio.InferenceServerClient`` (aiohttp, keep-alive, ``conn_limit`` =
   the concurrency), ``infer(..., binary_data=True)`` and ``as_numpy``;
-- ``gateway``: :class:`modelops.gateway.inference.TritonHTTP` ``infer_scores``, as the gateway calls it.
+- ``gateway``: :class:`modelops.gateway.triton.inference.TritonHTTP` ``infer_scores``, as the gateway calls it.
 
 Rounds alternate between the two (so drift of the machine hits both alike); each round sends
 ``--requests`` requests at concurrency 1 and at 16. Prints the median per mode (throughput, p50,
@@ -62,7 +62,7 @@ def _pct(values: list[float], q: float) -> float:
 async def _bench(url: str, rows: int, requests: int, rounds: int) -> dict[tuple[str, int], list[tuple[float, ...]]]:
     from tritonclient.http import aio as triton_aio
 
-    from modelops.gateway.inference import TritonHTTP
+    from modelops.gateway.triton.inference import TritonHTTP
 
     features = np.random.default_rng(3).random((rows, 128), dtype=np.float32)
     ours = TritonHTTP(url)

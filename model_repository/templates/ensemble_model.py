@@ -10,7 +10,7 @@ failure counts against this model too.
 ``explain_baseline`` (the baseline, repeated per item) and ``explain_ranks`` (the permutations as
 ranks, ``[p * d]`` per item: feature ``f`` switches from the baseline to the item's value at step
 ``ranks[k, f] + 1`` of path ``k``). Such a request is answered with ``path_score``: per item the
-``p * (d + 1)`` scores of its paths (the layout of ``modelops.gateway.explain.path_inputs``). The
+``p * (d + 1)`` scores of its paths (the layout of ``modelops.gateway.explain.shapley.path_inputs``). The
 path rows (5,160 x 128 floats for 20 items) never cross HTTP or shared memory: they are built here
 and run through this version's own step files, ``preprocess.onnx`` and ``model.onnx`` (byte copies
 of the steps' ``model.onnx``, written beside this file by the builder), with onnxruntime as the

@@ -183,7 +183,7 @@ class Settings:
     sample_max_per_s: float = setting(rules.non_negative_float, "200",
         "At most this many requests a second per gateway process have their scored items logged (the share "
         "in force is lowered to fit; 0: no cap). 200 x 10 items is 173 million rows a day, the drift job reads "
-        "at most 1 million per version: see modelops.gateway.sampling.", env="MODELOPS_SCORED_SAMPLE_MAX_PER_S")
+        "at most 1 million per version: see modelops.gateway.logs.sampling.", env="MODELOPS_SCORED_SAMPLE_MAX_PER_S")
     spool_sync: str = setting(rules.choice("write", "fsync"), "write",
         "What the gateway's 200 (prediction) and 202 (feedback) wait for: write (the record is written to "
         "its spool segment: a crash or kill -9 of the gateway loses none; fdatasync follows within 50 ms, "

@@ -73,7 +73,7 @@ def _stop(proc: subprocess.Popen[bytes]) -> None:
 
 def test_spool_disk_full_refuses_with_503_and_loses_nothing_acknowledged(
         stack_settings: Settings, object_store: ObjectStore, small_disk: Path, tmp_path: Path) -> None:
-    from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
+    from modelops.gateway.feedback.tokens import TokenClaims, issue_token, resolve_secret
     from modelops.records import LOG_PREFIXES
 
     spool = small_disk / "spool"

@@ -33,7 +33,7 @@ from modelops.example.synthetic import WorldSpec
 from modelops.example.tables import publish_feature_tables
 from modelops.example.train import TrainSpec, train
 from modelops.features import feature_names, load_features
-from modelops.gateway.explain import ADDITIVITY_TOLERANCE
+from modelops.gateway.explain.shapley import ADDITIVITY_TOLERANCE
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.objectstore import ObjectStore
 from modelops.records import EXPLANATIONS, LOG_PREFIXES

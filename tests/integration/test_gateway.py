@@ -36,8 +36,8 @@ from modelops.config import Settings
 from modelops.documents.routes import Routes, VersionRef, choose_version, routes_key, serialize_routes
 from modelops.errors import ServingError
 from modelops.example.tables import FeatureLookup, publish_feature_tables
+from modelops.gateway.feedback.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.gateway.testing import feature_tables, write_test_model
-from modelops.gateway.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.objectstore import ObjectStore
 from modelops.process import free_port
 from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS
@@ -556,8 +556,8 @@ def _schemathesis_test() -> Any:
         status_code_conformance,
     )
 
-    from modelops.gateway.contract import load_contract
-    from modelops.gateway.openapi import build_openapi
+    from modelops.gateway.protocol.contract import load_contract
+    from modelops.gateway.protocol.openapi import build_openapi
 
     document = build_openapi(load_contract().schema, max_body_bytes=GATEWAY_MAX_BODY)
     schema = schemathesis.openapi.from_dict(document)

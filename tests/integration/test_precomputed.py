@@ -26,8 +26,8 @@ from modelops.config import Settings
 from modelops.documents.routes import routes_key, serialize_routes
 from modelops.errors import ServingError
 from modelops.example.tables import FeatureLookup, publish_feature_tables
+from modelops.gateway.lookup.precomputed import PrecomputedScores
 from modelops.gateway.metrics import Registry
-from modelops.gateway.precomputed import PrecomputedScores
 from modelops.gateway.testing import feature_tables, write_test_model
 from modelops.jobs.precompute_tasks import Champion, precompute, publish_snapshot
 from modelops.objectstore import ObjectStore

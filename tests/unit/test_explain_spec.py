@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelops.gateway.explain_spec import explain_problem, explain_rows, explained_columns
-from modelops.gateway.forms import edge_model
+from modelops.gateway.explain.spec import explain_problem, explain_rows, explained_columns
+from modelops.gateway.protocol.forms import edge_model
 from modelops.modelspec.baselines import baseline_row, feature_matrix, with_baselines
 from modelops.modelspec.spec import ModelSpec
 

@@ -24,7 +24,7 @@ from modelops.feedback.outcome_metrics import (
     quantile_from_ranks,
     version_entry,
 )
-from modelops.gateway.eventlog import convert_feedback, convert_predictions, feedback_record, to_us
+from modelops.gateway.logs.eventlog import convert_feedback, convert_predictions, feedback_record, to_us
 from modelops.modelspec.spec import Label, ModelSpec, Outcomes
 from modelops.observability.pushed import PUSHED_METRICS, outcome_groups
 from modelops.records import ACTIONS, FEEDBACK, PREDICTIONS

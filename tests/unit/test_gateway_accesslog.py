@@ -1,4 +1,4 @@
-"""Unit tests of the access log's buffered handler (modelops.gateway.accesslog)."""
+"""Unit tests of the access log's buffered handler (modelops.gateway.logs.accesslog)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import asyncio
 import io
 import logging
 
-from modelops.gateway.accesslog import BufferedLineHandler, direct_sink
+from modelops.gateway.logs.accesslog import BufferedLineHandler, direct_sink
 
 
 class CountingStream(io.StringIO):
@@ -107,7 +107,7 @@ def test_a_flush_writes_chunks_of_at_most_pipe_buf_cut_at_line_ends() -> None:
 
 
 def test_line_chunks_cut_at_line_ends() -> None:
-    from modelops.gateway.accesslog import line_chunks
+    from modelops.gateway.logs.accesslog import line_chunks
 
     assert list(line_chunks(b"aa\nbb\ncc\n", limit=6)) == [b"aa\nbb\n", b"cc\n"]
     assert list(line_chunks(b"aa\nbbbbbbbb\ncc\n", limit=6)) == [b"aa\n", b"bbbbbbbb\n", b"cc\n"]

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
 from modelops.errors import ContractError
-from modelops.gateway.contract import compile_schema, load_contract
+from modelops.gateway.protocol.contract import compile_schema, load_contract
 from tests.unit.ecma_oracle import ecma_search
 
 CONTRACT = load_contract()

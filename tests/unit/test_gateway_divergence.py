@@ -18,7 +18,8 @@ from modelops.documents.routes import (
     serialize_routes,
 )
 from modelops.errors import ContractError
-from modelops.gateway.divergence import (
+from modelops.gateway.metrics import HistogramFamily
+from modelops.gateway.shadow.divergence import (
     DIVERGENCE_BUCKETS,
     answer_kind,
     compare_ranked,
@@ -26,7 +27,6 @@ from modelops.gateway.divergence import (
     predicted_classes,
     top_k_order,
 )
-from modelops.gateway.metrics import HistogramFamily
 
 STABLE, CANDIDATE = VersionRef(3, "a" * 64), VersionRef(4, "b" * 64)
 

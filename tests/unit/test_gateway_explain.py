@@ -11,7 +11,8 @@ import types
 import numpy as np
 import pytest
 
-from modelops.gateway.explain import (
+from modelops.gateway.explain.scoring import ExplainPlan, explain_items
+from modelops.gateway.explain.shapley import (
     ADDITIVITY_TOLERANCE,
     Contribution,
     additivity_error,
@@ -22,8 +23,7 @@ from modelops.gateway.explain import (
     top_features,
     top_reason,
 )
-from modelops.gateway.explaining import ExplainPlan, explain_items
-from modelops.gateway.inference import TritonFailed
+from modelops.gateway.triton.inference import TritonFailed
 from modelops.serving.pbtxt import TEMPLATES_DIR
 
 
@@ -120,7 +120,7 @@ def test_top_features_and_reason() -> None:
 
 def test_the_baseline_is_the_mean_of_the_snapshots_users_and_items_per_feature() -> None:
     from modelops.example.tables import FeatureLookup
-    from modelops.gateway.onlinefeatures import LoadedSnapshot
+    from modelops.gateway.lookup.onlinefeatures import LoadedSnapshot
     from modelops.gateway.testing import feature_tables
 
     users, items = feature_tables(n_users=20, n_items=30)  # user row 3 has one NaN

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 
 from modelops.example.tables import FeatureLookup
-from modelops.gateway.onlinefeatures import LoadedSnapshot
+from modelops.gateway.lookup.onlinefeatures import LoadedSnapshot
 from modelops.gateway.testing import feature_tables
 
 

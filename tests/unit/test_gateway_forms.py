@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelops.gateway.forms import BadInput, edge_model, predictions, summary, tabular_inputs
-from modelops.gateway.oip import infer_answer, model_metadata, parse_infer
+from modelops.gateway.protocol.forms import BadInput, edge_model, predictions, summary, tabular_inputs
+from modelops.gateway.protocol.oip import infer_answer, model_metadata, parse_infer
 from modelops.modelspec.spec import Feature, ModelSpec, Request, Tensor
 
 COLUMNS = ("age", "income", "visits")

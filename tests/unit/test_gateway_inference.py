@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelops.gateway.inference import TritonFailed, TritonHTTP, TritonUnavailable, _parse_scores, _read_response
+from modelops.gateway.triton.inference import TritonFailed, TritonHTTP, TritonUnavailable, _parse_scores, _read_response
 
 
 def _binary_answer(scores: np.ndarray) -> tuple[dict[str, str], bytes]:

@@ -7,10 +7,17 @@ from typing import Any
 import numpy as np
 import pytest
 
-from modelops.gateway.contract import compile_schema
-from modelops.gateway.openapi import ACTION_FEEDBACK_SCHEMA, FEEDBACK_SCHEMA
-from modelops.gateway.outcomes import BadFeedback, Outcome, parse_outcome, prediction_columns
-from modelops.gateway.tokens import TOKEN_TTL_S, TokenClaims, TokenExpired, check_age, issue_token, verify_token
+from modelops.gateway.feedback.outcomes import BadFeedback, Outcome, parse_outcome, prediction_columns
+from modelops.gateway.feedback.tokens import (
+    TOKEN_TTL_S,
+    TokenClaims,
+    TokenExpired,
+    check_age,
+    issue_token,
+    verify_token,
+)
+from modelops.gateway.protocol.contract import compile_schema
+from modelops.gateway.protocol.openapi import ACTION_FEEDBACK_SCHEMA, FEEDBACK_SCHEMA
 from modelops.modelspec.spec import LABEL_FALLBACK_TTL_S, Label, ModelSpec, Outcomes
 
 BINARY = Outcomes(label=Label(kind="binary", delay_s=3600))

@@ -14,14 +14,14 @@ import numpy as np
 import pytest
 
 from modelops.gateway.delay import parse_stats
-from modelops.gateway.inference import (
+from modelops.gateway.triton.inference import (
     TritonFailed,
     TritonUnavailable,
     TritonUnreachable,
     VersionNotServed,
     _parse_scores,
 )
-from modelops.gateway.pool import TritonPool, attempt_order, merge_stats, retryable
+from modelops.gateway.triton.pool import TritonPool, attempt_order, merge_stats, retryable
 
 A, B, C = "http://10.0.0.1:8000", "http://10.0.0.2:8000", "http://10.0.0.3:8000"
 

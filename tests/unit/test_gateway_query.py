@@ -8,8 +8,8 @@ import pytest
 
 from modelops.contracts.suites import load_request_schema, query_options, request_suite_from_schema
 from modelops.errors import ContractError
-from modelops.gateway.contract import load_contract
-from modelops.gateway.openapi import build_openapi
+from modelops.gateway.protocol.contract import load_contract
+from modelops.gateway.protocol.openapi import build_openapi
 
 
 @pytest.mark.parametrize(("query", "expected"), [

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from modelops.gateway.sampling import ScoredSampling, sampled
+from modelops.gateway.logs.sampling import ScoredSampling, sampled
 
 
 def _run(sampling: ScoredSampling, rate_per_s: float, seconds: float, start: float = 0.0) -> tuple[int, int]:

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from modelops.errors import ObjectStoreError
-from modelops.gateway.eventlog import (
+from modelops.gateway.logs.eventlog import (
     EventLogs,
     SpoolConfig,
     convert_feedback,
@@ -24,8 +24,8 @@ from modelops.gateway.eventlog import (
     scored_converter,
     scored_record,
 )
-from modelops.gateway.groupcommit import GroupCommitter
-from modelops.gateway.spool import (
+from modelops.gateway.logs.groupcommit import GroupCommitter
+from modelops.gateway.logs.spool import (
     SegmentWriter,
     SpoolFull,
     encode_frame,
@@ -33,7 +33,7 @@ from modelops.gateway.spool import (
     recover_orphans,
     spool_usage,
 )
-from modelops.gateway.upload import Uploader
+from modelops.gateway.logs.upload import Uploader
 from modelops.records import FEEDBACK, PREDICTIONS, scored_samples_schema
 
 T0 = datetime(2026, 11, 29, 21, 59, 58, tzinfo=UTC).timestamp()
@@ -284,7 +284,7 @@ def test_event_logs_restart_uploads_leftovers(tmp_path: Path) -> None:
 def test_a_batch_refused_by_a_full_disk_leaves_no_torn_bytes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import errno
 
-    from modelops.gateway import spool
+    from modelops.gateway.logs import spool
 
     writer = SegmentWriter(tmp_path)
     writer.write(b"".join(encode_frame(_feedback(k)) for k in range(3)))

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from modelops.gateway.tokens import (
+from modelops.gateway.feedback.tokens import (
     TOKEN_TTL_S,
     TokenClaims,
     TokenExpired,

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from modelops.errors import ConfigError
-from modelops.gateway.contract import load_contract
+from modelops.gateway.protocol.contract import load_contract
 from modelops.traffic.simulation import (
     Behaviour,
     TrafficSpec,

@@ -8,8 +8,8 @@ import math
 import numpy as np
 import pyarrow.parquet as pq
 
-from modelops.gateway.eventlog import convert_model_samples, model_sample_record
-from modelops.gateway.forms import edge_model, sample_features
+from modelops.gateway.logs.eventlog import convert_model_samples, model_sample_record
+from modelops.gateway.protocol.forms import edge_model, sample_features
 from modelops.modelspec.spec import ModelSpec
 from modelops.records import MODEL_SAMPLES
 

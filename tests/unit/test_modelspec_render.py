@@ -147,7 +147,7 @@ def test_drift_features_of_a_tabular_model(cancer: ModelSpec) -> None:
 
 
 def test_the_gateways_compiler_takes_the_contracts_and_names_the_field(cancer: ModelSpec, models: Path) -> None:
-    from modelops.gateway.contract import compile_schema
+    from modelops.gateway.protocol.contract import compile_schema
 
     x, _ = breast_cancer_frame(rows=2)
     records = json.loads(x.to_json(orient="records"))

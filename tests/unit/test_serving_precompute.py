@@ -13,7 +13,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from modelops.errors import ContractError
-from modelops.gateway.precomputed import LoadedScores
+from modelops.gateway.lookup.precomputed import LoadedScores
 from modelops.jobs.precompute_tasks import scores_parquet
 from modelops.serving.precompute import (
     Manifest,

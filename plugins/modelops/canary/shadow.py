@@ -1,7 +1,7 @@
 """The shadow phase's gates: the candidate's answers judged against the stable's on the same requests (pure).
 
 In the shadow phase no user sees the candidate: the gateway answers every request with the stable
-version and then mirrors a share of them to the candidate (:mod:`modelops.gateway.shadow`),
+version and then mirrors a share of them to the candidate (:mod:`modelops.gateway.shadow.mirror`),
 comparing the two answers. The gates read what the gateway counted over a window
 (:class:`~modelops.canary.measurement.ShadowWindow`):
 

@@ -1,6 +1,6 @@
 """The shadow phase's measurement: the gateways' shadow series over a window, from either metrics source.
 
-The gateway counts its mirrored calls per model and shadow version (:mod:`modelops.gateway.shadow`);
+The gateway counts its mirrored calls per model and shadow version (:mod:`modelops.gateway.shadow.mirror`);
 this module reads them over the same window the canary measures (between the same two markers):
 with :class:`~modelops.canary.sources.ScrapeSource` from the two snapshots (the series are kept by
 its scrape, differenced with its counter-reset handling), with

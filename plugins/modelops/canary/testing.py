@@ -40,7 +40,7 @@ def measurement(canary: VersionWindow | None = None, stable: VersionWindow | Non
 DIVERGENCE_BOUNDS: tuple[float, ...] = (
     0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.0,
 )
-"""The gateway's |Δ| histogram bounds (``modelops.gateway.divergence.DIVERGENCE_BUCKETS``)."""
+"""The gateway's |Δ| histogram bounds (``modelops.gateway.shadow.divergence.DIVERGENCE_BUCKETS``)."""
 
 
 def shadow_window(answered: float = 1000, errors: float = 0, latency_s: float = 0.005,

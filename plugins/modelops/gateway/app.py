@@ -32,16 +32,11 @@ from modelops.documents.routes import (
     routes_to_dict,
 )
 from modelops.features import feature_names, load_features
-from modelops.gateway.accesslog import BufferedLineHandler, direct_sink
-from modelops.gateway.contract import RequestContract, load_contract
 from modelops.gateway.delay import LoopLag, RequestTiming, TritonDelays
 from modelops.gateway.edge import EdgeServing
-from modelops.gateway.eventlog import (
-    EventLogs,
-    SpoolConfig,
-)
-from modelops.gateway.explaining import ExplainPlan
-from modelops.gateway.feedback import FeedbackServing
+from modelops.gateway.explain.scoring import ExplainPlan
+from modelops.gateway.feedback.endpoint import FeedbackServing
+from modelops.gateway.feedback.tokens import resolve_secret
 from modelops.gateway.http import (
     HTTPError,
     Receive,
@@ -54,17 +49,22 @@ from modelops.gateway.http import (
     respond,
     respond_json,
 )
-from modelops.gateway.lookup import LookupServing
+from modelops.gateway.logs.accesslog import BufferedLineHandler, direct_sink
+from modelops.gateway.logs.eventlog import (
+    EventLogs,
+    SpoolConfig,
+)
+from modelops.gateway.logs.sampling import ScoredSampling
+from modelops.gateway.lookup.answer import LookupServing
+from modelops.gateway.lookup.onlinefeatures import OnlineFeatures
+from modelops.gateway.lookup.precomputed import PrecomputedScores
 from modelops.gateway.metrics import CollapseWatch, ScoreWindow
-from modelops.gateway.onlinefeatures import OnlineFeatures
-from modelops.gateway.openapi import add_model_paths, build_openapi
 from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pollers import GatewayPollers
-from modelops.gateway.pool import TritonPool
-from modelops.gateway.precomputed import PrecomputedScores
-from modelops.gateway.sampling import ScoredSampling
-from modelops.gateway.shadow import ShadowMirroring
-from modelops.gateway.tokens import resolve_secret
+from modelops.gateway.protocol.contract import RequestContract, load_contract
+from modelops.gateway.protocol.openapi import add_model_paths, build_openapi
+from modelops.gateway.shadow.mirror import ShadowMirroring
+from modelops.gateway.triton.pool import TritonPool
 from modelops.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -137,7 +137,7 @@ class Gateway(GatewayPollers, LookupServing, EdgeServing, FeedbackServing, Shado
         if updated is None:
             return
         before = set(self.edge_models)
-        self._apply_routes(self._with_specs(updated))  # specs first (modelops.gateway.specs), then the routes
+        self._apply_routes(self._with_specs(updated))  # specs first (modelops.gateway.protocol.specs), then the routes
         if self._forget_unrouted(before):
             self.openapi = _JSON_ENCODE(add_model_paths(self.openapi_base, self._tabular_schemas(),
                                                         max_body_bytes=self.options.max_body_bytes))
@@ -346,7 +346,7 @@ def create_app(cfg: Settings | None = None, options: GatewayOptions | None = Non
     """The ASGI app (uvicorn factory): settings from the environment, options from ``serve``.
 
     Each uvicorn worker process calls this, so logging (one JSON line per request on
-    stdout, written in batches: modelops.gateway.accesslog) is set up here rather than in
+    stdout, written in batches: modelops.gateway.logs.accesslog) is set up here rather than in
     the ``serve`` command.
     """
     if not logging.getLogger().handlers:

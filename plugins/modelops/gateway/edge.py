@@ -1,7 +1,7 @@
 """The gateway's edge for models served from their spec: the tabular form and the Open Inference Protocol v2.
 
 A mixin of :class:`modelops.gateway.app.Gateway`, on the compiled specs of the routed versions
-(:mod:`modelops.gateway.specs`); a version without a spec is the reference recommender, served by its
+(:mod:`modelops.gateway.protocol.specs`); a version without a spec is the reference recommender, served by its
 feature-lookup path and, on the Open Inference Protocol, by its spec (FP32 ``features`` in, ``score`` out).
 
 The version that serves a request is chosen first (by the spec's routing key, the value of the
@@ -25,9 +25,14 @@ import numpy.typing as npt
 
 from modelops.documents.routes import Routes, VersionRef, choose_version, routed_versions, user_hash
 from modelops.gateway.delay import RequestTiming, origin
-from modelops.gateway.eventlog import model_sample_record, prediction_record
-from modelops.gateway.explain_spec import explain_problem, explain_rows
-from modelops.gateway.forms import (
+from modelops.gateway.explain.spec import explain_problem, explain_rows
+from modelops.gateway.feedback.outcomes import prediction_columns
+from modelops.gateway.feedback.tokens import TokenClaims, issue_token
+from modelops.gateway.http import HTTPError, Send, error, respond, respond_json
+from modelops.gateway.logs.eventlog import model_sample_record, prediction_record
+from modelops.gateway.logs.spool import SpoolFull
+from modelops.gateway.metrics import ScoreWindow
+from modelops.gateway.protocol.forms import (
     BadInput,
     EdgeModel,
     Inputs,
@@ -36,14 +41,9 @@ from modelops.gateway.forms import (
     summary,
     tabular_inputs,
 )
-from modelops.gateway.http import HTTPError, Send, error, respond, respond_json
-from modelops.gateway.inference import TritonFailed, TritonUnavailable
-from modelops.gateway.metrics import ScoreWindow
-from modelops.gateway.oip import infer_answer, model_metadata, parse_infer
-from modelops.gateway.outcomes import prediction_columns
-from modelops.gateway.specs import RoutedSpecs
-from modelops.gateway.spool import SpoolFull
-from modelops.gateway.tokens import TokenClaims, issue_token
+from modelops.gateway.protocol.oip import infer_answer, model_metadata, parse_infer
+from modelops.gateway.protocol.specs import RoutedSpecs
+from modelops.gateway.triton.inference import TritonFailed, TritonUnavailable
 from modelops.serving.spec_reconcile import spec_key
 
 log = logging.getLogger(__name__)
@@ -73,7 +73,7 @@ class EdgeServing(RoutedSpecs):
     _access: Callable[..., None]
     _deadline_s: Callable[[dict[str, str]], float]
     _unavailable: Callable[[str, str], HTTPError]
-    _mirror_tensors: Callable[..., None]  # modelops.gateway.shadow: after the answer, to a shadow version
+    _mirror_tensors: Callable[..., None]  # modelops.gateway.shadow.mirror: after the answer, to a shadow version
 
     # ------------------------------------------------------------------ the tabular form
     async def _predict_tabular(self, path: str, routes: Routes, document: Any, size: int, headers: dict[str, str],

@@ -17,12 +17,12 @@ from modelops.config import Settings
 from modelops.documents.routes import ROUTES_PREFIX, Routes, load_routes, model_from_key
 from modelops.errors import ContractError, ModelopsError, ObjectStoreError
 from modelops.gateway.delay import LoopLag, TritonDelays, parse_stats
-from modelops.gateway.eventlog import EventLogs
+from modelops.gateway.logs.eventlog import EventLogs
+from modelops.gateway.logs.sampling import ScoredSampling
+from modelops.gateway.lookup.onlinefeatures import OnlineFeatures
 from modelops.gateway.metrics import CollapseWatch, Registry, ScoreWindow, route_weights
-from modelops.gateway.onlinefeatures import OnlineFeatures
 from modelops.gateway.options import GatewayOptions
-from modelops.gateway.pool import TritonPool
-from modelops.gateway.sampling import ScoredSampling
+from modelops.gateway.triton.pool import TritonPool
 from modelops.objectstore import ObjectStore
 
 log = logging.getLogger("modelops.gateway.app")

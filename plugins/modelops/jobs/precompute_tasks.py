@@ -106,7 +106,7 @@ async def score_pairs(triton_url: str, champion: Champion, lookup: Any, pop: Pop
     Raises:
         ServingError: Triton unreachable, the version not loaded, or a refused call.
     """
-    from modelops.gateway.pool import TritonPool
+    from modelops.gateway.triton.pool import TritonPool
 
     # Every server of a dns+http:// name (a plain URL: the one); a batch may wait, not fail.
     triton = TritonPool(triton_url, max_idle=concurrency, connect_timeout_s=10.0)

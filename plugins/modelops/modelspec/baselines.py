@@ -1,7 +1,7 @@
 """The explain baseline of a model served from its spec: one reference value per feature column (pure).
 
 ``explain=true`` measures each feature's contribution along paths from the baseline row to the
-request's row (:mod:`modelops.gateway.explain`). The recommender's baseline is the mean row of the
+request's row (:mod:`modelops.gateway.explain.shapley`). The recommender's baseline is the mean row of the
 loaded feature snapshot; a model published from its spec carries its own in the spec, one
 ``baseline`` per feature: the value the user declared (``modelops.yaml`` / tags), else the mean of
 the evaluation sample it was published with (:func:`with_baselines`, at publish, so the baseline is

@@ -11,7 +11,7 @@ served 8,442 against 14,145 requests/s at concurrency 16 (this client 1.68x).
 Errors: :class:`TritonUnavailable` (cannot connect, or the version is not loaded: the
 gateway answers 503 with ``Retry-After``) and :class:`TritonFailed` (any other refusal
 or a malformed answer: 502). Two kinds of "unavailable" are about one server, not the
-request, so another server may answer it (:mod:`modelops.gateway.pool` retries them once
+request, so another server may answer it (:mod:`modelops.gateway.triton.pool` retries them once
 elsewhere): :class:`TritonUnreachable` (refused, reset or lost connection, HTTP 503: the
 server is down or going away) and :class:`VersionNotServed` (this server does not serve the
 version, e.g. restarted and not yet reconciled). A deadline is the caller's ``asyncio.timeout``;

@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelops.gateway.contract import Violation
+from modelops.gateway.protocol.contract import Violation
 from modelops.modelspec.spec import Label, ModelSpec, Outcomes
 
 FORMS: tuple[str, ...] = ("action", "label", "value")

@@ -1,4 +1,4 @@
-"""``explain=true`` against Triton: the Shapley sampling of :mod:`modelops.gateway.explain`, every path
+"""``explain=true`` against Triton: the Shapley sampling of :mod:`modelops.gateway.explain.shapley`, every path
 scored by the Triton version that scored the request.
 
 Two ways to score the paths, chosen per version from its config:
@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelops.gateway.explain import (
+from modelops.gateway.explain.shapley import (
     ADDITIVITY_TOLERANCE,
     additivity_error,
     contributions,
@@ -38,8 +38,8 @@ from modelops.gateway.explain import (
     top_features,
     top_reason,
 )
-from modelops.gateway.inference import TritonFailed, TritonHTTP
-from modelops.gateway.pool import TritonPool
+from modelops.gateway.triton.inference import TritonFailed, TritonHTTP
+from modelops.gateway.triton.pool import TritonPool
 from modelops.serving.pbtxt import EXPLAIN_BASELINE, EXPLAIN_RANKS, PATH_SCORE
 
 log = logging.getLogger(__name__)

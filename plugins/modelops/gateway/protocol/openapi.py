@@ -41,7 +41,7 @@ FEEDBACK_SCHEMA: dict[str, Any] = {
     },
 }
 """Body of ``POST /v1/feedback``: exactly one of action, label, value, checked against the token's model
-(:mod:`modelops.gateway.outcomes`; compiled by the same compiler as the request contract)."""
+(:mod:`modelops.gateway.feedback.outcomes`; compiled by the same compiler as the request contract)."""
 
 _ERROR = {
     "type": "object",

@@ -6,7 +6,7 @@
 with the spec's datatype and shape (a variable dimension any size, the batch at most the model's
 ``max_batch_size`` and ``request.max_items``), data of that many values of that type, and, for a model
 whose features form its one input matrix, values inside the features' ranges and no NaN where a
-feature is required. A refusal is a :class:`~modelops.gateway.forms.BadInput` whose message names the
+feature is required. A refusal is a :class:`~modelops.gateway.protocol.forms.BadInput` whose message names the
 input and the rule; the gateway answers it as the protocol does, ``{"error": "<message>"}``.
 
 Answers carry the outputs (JSON data, or binary where the request asked for it with the
@@ -24,8 +24,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelops.gateway.forms import EdgeModel, Inputs, feature_violation, refuse
-from modelops.gateway.inference import NUMPY_DATATYPES
+from modelops.gateway.protocol.forms import EdgeModel, Inputs, feature_violation, refuse
+from modelops.gateway.triton.inference import NUMPY_DATATYPES
 from modelops.modelspec.spec import ModelSpec, Tensor
 
 _KINDS = {"FP32": "fiu", "FP64": "fiu", "INT32": "iu", "INT64": "iu", "BOOL": "b"}

@@ -2,7 +2,7 @@
 
 An :class:`EdgeModel` is one routed version's spec compiled for the edge: the request contract
 rendered from the spec (:func:`modelops.modelspec.render.edge_contract`, JSON Schema 2020-12, checked
-by jsonschema-rs through :func:`modelops.gateway.contract.compile_schema`) and what it takes to turn a
+by jsonschema-rs through :func:`modelops.gateway.protocol.contract.compile_schema`) and what it takes to turn a
 body that kept it into Triton's input tensors.
 
 The *tabular* form takes exactly the bodies of MLflow's scoring server
@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelops.gateway.contract import Check, Violation, compile_schema
-from modelops.gateway.inference import NUMPY_DATATYPES
+from modelops.gateway.protocol.contract import Check, Violation, compile_schema
+from modelops.gateway.triton.inference import NUMPY_DATATYPES
 from modelops.modelspec.render import edge_contract
 from modelops.modelspec.scores import row_scores
 from modelops.modelspec.spec import ModelSpec, Tensor

@@ -1,16 +1,16 @@
 """``POST /v1/feedback``: a user action or a delayed label, judged by the token's model version.
 
 A mixin of :class:`modelops.gateway.app.Gateway`. The order of checks: content type (415) ->
-JSON and the body's shape (400, :data:`~modelops.gateway.openapi.FEEDBACK_SCHEMA`) -> the token's
+JSON and the body's shape (400, :data:`~modelops.gateway.protocol.openapi.FEEDBACK_SCHEMA`) -> the token's
 signature (401) -> the outcome against the declaration of the version the token names (400,
-:mod:`modelops.gateway.outcomes`) -> the token's age against that version's validity (410,
+:mod:`modelops.gateway.feedback.outcomes`) -> the token's age against that version's validity (410,
 :meth:`~modelops.modelspec.spec.Outcomes.validity_s`) -> spool budget (503) -> 202.
 
 The version's declaration comes from its spec: the routed versions' specs are compiled already
 (:mod:`modelops.gateway.edge`); a version no longer routed (feedback outlives a rollback) has its
 ``model-spec.json`` read once from the object store, off the event loop, and kept (a version's spec
 never changes). A version without a spec (the reference recommender) takes click, purchase and skip
-and is checked exactly as before labels existed (:data:`~modelops.gateway.openapi.ACTION_FEEDBACK_SCHEMA`).
+and is checked exactly as before labels existed (:data:`~modelops.gateway.protocol.openapi.ACTION_FEEDBACK_SCHEMA`).
 """
 
 from __future__ import annotations
@@ -23,14 +23,21 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from modelops.errors import ContractError, ObjectStoreError
-from modelops.gateway.contract import Check, Violation, compile_schema
-from modelops.gateway.eventlog import feedback_record
-from modelops.gateway.forms import EdgeModel
+from modelops.gateway.feedback.outcomes import BadFeedback, Outcome, parse_outcome
+from modelops.gateway.feedback.tokens import (
+    TOKEN_TTL_S,
+    TokenClaims,
+    TokenExpired,
+    TokenInvalid,
+    check_age,
+    verify_token,
+)
 from modelops.gateway.http import HTTPError, Receive, Send, error, respond_json
-from modelops.gateway.openapi import ACTION_FEEDBACK_SCHEMA, FEEDBACK_SCHEMA
-from modelops.gateway.outcomes import BadFeedback, Outcome, parse_outcome
-from modelops.gateway.spool import SpoolFull
-from modelops.gateway.tokens import TOKEN_TTL_S, TokenClaims, TokenExpired, TokenInvalid, check_age, verify_token
+from modelops.gateway.logs.eventlog import feedback_record
+from modelops.gateway.logs.spool import SpoolFull
+from modelops.gateway.protocol.contract import Check, Violation, compile_schema
+from modelops.gateway.protocol.forms import EdgeModel
+from modelops.gateway.protocol.openapi import ACTION_FEEDBACK_SCHEMA, FEEDBACK_SCHEMA
 from modelops.modelspec.spec import Outcomes
 from modelops.serving.spec_reconcile import read_spec
 

@@ -2,7 +2,7 @@
 
 A mixin of :class:`modelops.gateway.app.Gateway`, for a request that kept the recommender's
 contract and was routed to a version: its features from the online snapshot
-(:mod:`modelops.gateway.onlinefeatures`; 503 when none is loaded), its scores from a precomputed
+(:mod:`modelops.gateway.lookup.onlinefeatures`; 503 when none is loaded), its scores from a precomputed
 snapshot of exactly that version or from Triton within the deadline (503 unreachable / 504 deadline
 / 502 refused), its prediction record written and fsynced *before* the 200 (so kill -9 loses no
 acknowledged prediction), then the shadow mirror, the metrics and the access line. The steps are
@@ -25,15 +25,15 @@ import numpy.typing as npt
 
 from modelops.documents.routes import Routes, VersionRef, user_hash
 from modelops.gateway.delay import RequestTiming, origin
-from modelops.gateway.eventlog import explanation_record, prediction_record, scored_record
-from modelops.gateway.explaining import explain_items
+from modelops.gateway.explain.scoring import explain_items
+from modelops.gateway.feedback.tokens import TokenClaims, issue_token
 from modelops.gateway.http import HTTPError, Send, respond
-from modelops.gateway.inference import TritonFailed, TritonUnavailable
+from modelops.gateway.logs.eventlog import explanation_record, prediction_record, scored_record
+from modelops.gateway.logs.spool import SpoolFull
+from modelops.gateway.lookup.onlinefeatures import FeaturesUnavailable
+from modelops.gateway.lookup.precomputed import SOURCE_HEADER
 from modelops.gateway.metrics import Labels, ScoreWindow
-from modelops.gateway.onlinefeatures import FeaturesUnavailable
-from modelops.gateway.precomputed import SOURCE_HEADER
-from modelops.gateway.spool import SpoolFull
-from modelops.gateway.tokens import TokenClaims, issue_token
+from modelops.gateway.triton.inference import TritonFailed, TritonUnavailable
 
 _JSON_ENCODE = msgspec.json.Encoder().encode
 
@@ -97,7 +97,7 @@ class LookupServing:
     _unavailable: Callable[[str, str], HTTPError]
     _check_spool: Callable[[Labels], None]
     _triton_error: Callable[[BaseException, Labels, float], HTTPError]
-    _mirror_scores: Callable[..., None]  # modelops.gateway.shadow: after the answer, to a shadow version
+    _mirror_scores: Callable[..., None]  # modelops.gateway.shadow.mirror: after the answer, to a shadow version
 
     async def _answer(self, path: str, routes: Routes, version: VersionRef, labels: Labels,
                       document: dict[str, Any], size: int, request_id: str, timing: RequestTiming, deadline_s: float,
@@ -203,7 +203,7 @@ class LookupServing:
             model_sha256=version.sha256, user_hash=user_hash(user_id), n_items=stats.n, score_mean=stats.mean,
             score_max=stats.peak, score_std=stats.std, latency_ms=sum(logged.values()) * 1000.0,
             delay_origin=origin(logged)))]
-        if self.sampling.take(request_id, time.monotonic()):  # a share, capped per second (gateway.sampling)
+        if self.sampling.take(request_id, time.monotonic()):  # a share, capped per second (gateway.logs.sampling)
             self.logs.committers["scored_samples"].append_nowait(scored_record(
                 request_id=request_id, ts=now, model=model, model_version=version.version, scores=scored.scores,
                 features=features))
@@ -244,7 +244,7 @@ class LookupServing:
 
     async def _explain(self, model: str, version: int, item_ids: list[str], features: npt.NDArray[np.float32],
                        scores: npt.NDArray[np.float32], top_k: int, request_id: str) -> list[dict[str, Any]]:
-        """Shapley sampling (modelops.gateway.explaining) scored by Triton ``version``, inside it or in batches."""
+        """Shapley sampling (modelops.gateway.explain.scoring) scored by Triton ``version``, inside it or in batches."""
         current = self.features.current
         if current is None:  # the lookup just succeeded, so a snapshot is loaded; never None here
             raise FeaturesUnavailable("no feature snapshot loaded (the explanation's baseline)")

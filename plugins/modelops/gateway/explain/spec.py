@@ -1,10 +1,10 @@
 """``explain=true`` for a model served from its spec: Shapley sampling over its own feature columns.
 
-The method is the recommender's (:mod:`modelops.gateway.explain`): paths from the spec's baseline
+The method is the recommender's (:mod:`modelops.gateway.explain.shapley`): paths from the spec's baseline
 row (:mod:`modelops.modelspec.baselines`) to each request row, one feature switched per step, every
 path row scored by the Triton version that scored the request, in calls of at most its
 ``max_batch_size`` rows. The contributions of a row add up to its score minus the baseline's score
-(the additivity check, :data:`~modelops.gateway.explain.ADDITIVITY_TOLERANCE`); a miss is a 502,
+(the additivity check, :data:`~modelops.gateway.explain.shapley.ADDITIVITY_TOLERANCE`); a miss is a 502,
 never a wrong explanation.
 
 What is explained: the model's first output. A ``[n, k]`` output with ``k > 1`` (a classifier's
@@ -24,7 +24,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from modelops.gateway.explain import (
+from modelops.gateway.explain.shapley import (
     ADDITIVITY_TOLERANCE,
     additivity_error,
     contributions,
@@ -33,8 +33,8 @@ from modelops.gateway.explain import (
     top_features,
     top_reason,
 )
-from modelops.gateway.forms import EdgeModel
-from modelops.gateway.inference import TritonFailed
+from modelops.gateway.protocol.forms import EdgeModel
+from modelops.gateway.triton.inference import TritonFailed
 from modelops.modelspec.baselines import baseline_row, feature_matrix
 
 Array = npt.NDArray[Any]
@@ -70,7 +70,7 @@ async def explain_rows(triton: Any, model: EdgeModel, version: int, matrix: Arra
     """Per request row: the explained column, its score, the baseline's, the ``top_k`` contributions.
 
     ``matrix`` is the row's feature matrix as sent to Triton, ``first_output`` the model's first
-    output on it. Raises :class:`~modelops.gateway.inference.TritonFailed` when a call fails or the
+    output on it. Raises :class:`~modelops.gateway.triton.inference.TritonFailed` when a call fails or the
     contributions miss the scores by more than the tolerance.
     """
     spec = model.spec

@@ -5,7 +5,7 @@ A mixin of :class:`modelops.gateway.app.Gateway`. When a model's routes name a `
 with probability ``share``, mirrored to the shadow **after its answer was sent**: the handler calls
 :meth:`ShadowMirroring._mirror_scores` (the recommender) or :meth:`ShadowMirroring._mirror_tensors`
 (the tabular form and the Open Inference Protocol) once ``respond`` has written the answer, and those
-only start a task; the Triton call, the comparison (:mod:`modelops.gateway.divergence`) and the
+only start a task; the Triton call, the comparison (:mod:`modelops.gateway.shadow.divergence`) and the
 bookkeeping run after the handler returned. A user's answer never waits for the shadow, and a shadow
 that hangs only holds its own calls.
 
@@ -49,7 +49,11 @@ import numpy.typing as npt
 
 from modelops.documents.routes import Routes, Shadow, VersionRef
 from modelops.errors import ModelopsError
-from modelops.gateway.divergence import (
+from modelops.gateway.logs.eventlog import shadow_record
+from modelops.gateway.logs.spool import SpoolFull
+from modelops.gateway.metrics import Labels
+from modelops.gateway.protocol.forms import EdgeModel, Inputs
+from modelops.gateway.shadow.divergence import (
     DIVERGENCE_BUCKETS,
     Comparison,
     answer_kind,
@@ -57,10 +61,6 @@ from modelops.gateway.divergence import (
     compare_rows,
     first_output,
 )
-from modelops.gateway.eventlog import shadow_record
-from modelops.gateway.forms import EdgeModel, Inputs
-from modelops.gateway.metrics import Labels
-from modelops.gateway.spool import SpoolFull
 from modelops.modelspec.scores import row_scores
 
 log = logging.getLogger("modelops.gateway.app")

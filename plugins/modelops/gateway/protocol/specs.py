@@ -3,7 +3,7 @@
 A mixin of :class:`modelops.gateway.app.Gateway` (through :class:`modelops.gateway.edge.EdgeServing`).
 Before a new routes table is applied, the spec of every newly routed version is read once
 (``triton/repository/<model>/<N>/model-spec.json``, written by :mod:`modelops.serving.spec_publish`)
-and compiled (:func:`modelops.gateway.forms.edge_model`); a version without one was published by the
+and compiled (:func:`modelops.gateway.protocol.forms.edge_model`); a version without one was published by the
 reference recommender's pipeline and is served, on the Open Inference Protocol, by the recommender's
 spec (:func:`modelops.modelspec.recommender.recommender_spec`).
 """
@@ -16,7 +16,7 @@ from typing import Any
 
 from modelops.documents.routes import Routes, VersionRef, routed_versions
 from modelops.errors import ContractError, ObjectStoreError
-from modelops.gateway.forms import EdgeModel, edge_model
+from modelops.gateway.protocol.forms import EdgeModel, edge_model
 from modelops.modelspec.recommender import recommender_spec
 from modelops.serving.spec_reconcile import read_spec
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from modelops.errors import ObjectStoreError
-from modelops.gateway.spool import SEALED_SUFFIX, fsync_dir, read_frames, recover_orphans
+from modelops.gateway.logs.spool import SEALED_SUFFIX, fsync_dir, read_frames, recover_orphans
 
 log = logging.getLogger(__name__)
 

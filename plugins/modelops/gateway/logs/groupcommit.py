@@ -9,7 +9,7 @@ panic) can lose the last 50 ms. ``"fsync"``: group commit, the caller awaits its
 not lose an acknowledged record to a power loss either; at concurrency 1 it adds the fsync and two
 thread hand-offs (~0.5 ms here) to every answer.
 Opening, rotating and sealing segments stay in the writer thread
-(:class:`~modelops.gateway.spool.SegmentWriter`).
+(:class:`~modelops.gateway.logs.spool.SegmentWriter`).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from modelops.gateway.spool import SegmentWriter, SpoolFull, encode_frame
+from modelops.gateway.logs.spool import SegmentWriter, SpoolFull, encode_frame
 
 log = logging.getLogger(__name__)
 

@@ -44,7 +44,7 @@ import numpy.typing as npt
 
 from modelops.discovery import Resolve, expand, is_discovered, resolve_ipv4
 from modelops.errors import ModelopsError, ServingError
-from modelops.gateway.inference import (
+from modelops.gateway.triton.inference import (
     TritonFailed,
     TritonHTTP,
     TritonUnavailable,

@@ -31,9 +31,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from modelops.errors import ModelopsError
-from modelops.gateway.groupcommit import GroupCommitter
-from modelops.gateway.spool import SegmentWriter, spool_usage
-from modelops.gateway.upload import BlobStore, SegmentConverter, Uploader, iter_hours
+from modelops.gateway.logs.groupcommit import GroupCommitter
+from modelops.gateway.logs.spool import SegmentWriter, spool_usage
+from modelops.gateway.logs.upload import BlobStore, SegmentConverter, Uploader, iter_hours
 from modelops.records import (
     EXPLANATIONS,
     FEEDBACK,

@@ -4,13 +4,13 @@ Each log kind (predictions, feedback, scored samples) has a directory of append-
 segment files. A record is a framed msgpack list (``<u32 length><u32 crc32><payload>``),
 so a torn tail after a crash is detected and cut, never misread.
 
-* **Durability before the answer.** :class:`modelops.gateway.groupcommit.GroupCommitter`
+* **Durability before the answer.** :class:`modelops.gateway.logs.groupcommit.GroupCommitter`
   appends a request's record before it is acknowledged: written to the segment on the event
   loop (:meth:`SegmentWriter.write_now`, fdatasynced within 50 ms) or group-committed with an
-  fsync (:data:`~modelops.gateway.groupcommit.SYNC_MODES`).
+  fsync (:data:`~modelops.gateway.logs.groupcommit.SYNC_MODES`).
 * **Rotation.** A segment is sealed (``.open`` renamed to ``.seg``) when it reaches a
   size or an age; the writer holds an exclusive ``flock`` on its open segment.
-* **Upload.** :class:`modelops.gateway.upload.Uploader` converts a sealed segment to one Parquet file per
+* **Upload.** :class:`modelops.gateway.logs.upload.Uploader` converts a sealed segment to one Parquet file per
   ``dt=YYYY-MM-DD/hour=HH`` partition, uploads it under a name derived from the
   segment (a retry overwrites, never duplicates), re-reads it to verify, and only then
   deletes the segment.

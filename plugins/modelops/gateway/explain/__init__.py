@@ -1,0 +1,1 @@
+"""``explain=true``: Shapley sampling over a model's inputs, scored by the version that answered."""

@@ -1,0 +1,1 @@
+"""The recommender's feature-lookup form: online features, precomputed answers and the answer itself."""
