@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -68,6 +69,36 @@ def test_an_unreachable_server_is_a_serving_error_and_not_ready() -> None:
     assert client.is_ready() is False
     with pytest.raises(ServingError, match=r"Triton repository index at http://127\.0\.0\.1:\d+: "):
         client.repository_index()
+
+
+def test_a_server_that_closes_the_connection_without_answering_is_a_serving_error() -> None:
+    """A Triton SIGKILLed mid-call resets the connection: geventhttpclient raises HTTPConnectionClosed, an
+    ``http.client.HTTPException`` (not an OSError). Untranslated, it once ended the reconciler's process
+    (CI, test_triton_sigkilled_during_the_canary: the routed versions not served again within 90 s)."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    stop = threading.Event()
+
+    def close_every_connection() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            conn.recv(65536)  # the request, then no answer at all
+            conn.close()
+
+    thread = threading.Thread(target=close_every_connection, daemon=True)
+    thread.start()
+    try:
+        client = TritonClient(f"http://127.0.0.1:{port}", admin_key="", timeout_s=5.0)
+        with pytest.raises(ServingError, match=r"Triton repository index at http://127\.0\.0\.1:\d+: "):
+            client.repository_index()
+        assert client.is_ready() is False
+    finally:
+        stop.set()
+        listener.close()
+        thread.join(timeout=5)
 
 
 def test_one_client_serves_several_threads_at_once(triton: TritonClient) -> None:

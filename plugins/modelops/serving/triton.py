@@ -17,6 +17,7 @@ health, metadata and statistics never do.
 
 from __future__ import annotations
 
+import http.client
 import json
 import os
 import threading
@@ -215,5 +216,7 @@ def _translated(what: str) -> Iterator[None]:
     except InferenceServerException as exc:
         status = f"HTTP {exc.status()}: " if exc.status() else ""
         raise ServingError(f"{what}: {status}{exc.message()}") from exc
-    except (OSError, gevent.Timeout) as exc:
+    except (OSError, gevent.Timeout, http.client.HTTPException) as exc:
+        # HTTPException: geventhttpclient's HTTPConnectionClosed / HTTPParseError (a server killed mid-call
+        # resets the connection); untranslated, it once ended the reconciler's process after a Triton kill.
         raise ServingError(f"{what}: {type(exc).__name__}: {exc}") from exc
