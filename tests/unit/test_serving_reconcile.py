@@ -148,3 +148,29 @@ def test_a_tick_covers_every_server_discovered_at_that_tick() -> None:
     outcomes = reconciler.tick()
     assert {url for url, _ in visited} == {"http://a:8000", "http://c:8000"}
     assert {o.triton for o in outcomes} == {"http://a:8000", "http://c:8000"}
+
+
+def test_models_in_a_release_are_reconciled_first() -> None:
+    from datetime import UTC, datetime
+
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.serving.reconcile import Outcome, Reconciler, TritonTarget
+
+    bucket = _Bucket()
+    now = datetime.now(UTC).isoformat()
+    for model in ("a", "b", "y"):  # stable only
+        routes = Routes(model, 1, VersionRef(3, f"{3:064x}"), None, 0.0, now, "tests")
+        bucket.put_bytes(routes_key(model), serialize_routes(routes))
+    in_release = Routes("z", 2, VersionRef(3, f"{3:064x}"), VersionRef(4, f"{4:064x}"), 0.25, now, "tests")
+    bucket.put_bytes(routes_key("z"), serialize_routes(in_release))
+    visited: list[str] = []
+
+    class Recording(Reconciler):
+        def _one(self, triton: TritonTarget, model: str, routed: frozenset[int], kept: frozenset[int]) -> Outcome:
+            visited.append(model)
+            return Outcome(triton.url, model, "in_sync", tuple(routed))
+
+    reconciler = Recording(bucket, tritons=[TritonTarget("http://a:8000")], specs_of=None,  # type: ignore[arg-type]
+                           parallel=1)
+    reconciler.tick()
+    assert visited == ["z", "a", "b", "y"]
