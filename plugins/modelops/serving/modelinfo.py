@@ -50,10 +50,11 @@ def _to_json(record: msgspec.Struct) -> bytes:
 def _from_json(data: bytes | str, kind: type[_Record], what: str, schema_version: int) -> _Record:
     """Decode and type-check one record; a wrong type, a missing or an unknown field names its path."""
     try:
-        found = msgspec.json.decode(data, type=dict[str, object]).get("schema_version")
+        doc = msgspec.json.decode(data, type=dict[str, object])  # parsed once; the version read first
+        found = doc.get("schema_version")
         if found != schema_version:
             raise ServingError(f"{what}: schema_version must be {schema_version}, found {found!r}")
-        return msgspec.json.decode(data, type=kind)
+        return msgspec.convert(doc, type=kind)
     except (msgspec.DecodeError, msgspec.ValidationError) as exc:
         raise ServingError(f"{what}: unreadable ({exc})") from exc
 
