@@ -5,9 +5,9 @@ Every failure (connection, HTTP status, malformed answer) becomes
 
 ``tritonclient.http.InferenceServerClient`` is not thread-safe (its docstring: "intended to be used by a
 single thread"); the publisher loads a model's two graphs from two threads and the reconciler serves
-several Tritons at once, so each thread (and each forked process) gets its own library client, made on
-first use and dropped with its thread. Repository calls that load or unload use a second one whose
-network timeout is the load timeout.
+several Tritons at once, so each thread (and each forked process) gets its own library client
+(:mod:`modelops.serving.triton_library`, which also closes it after its thread). Repository calls that
+load or unload use a second one whose network timeout is the load timeout.
 
 A production Triton restricts its model-repository API (``--http-restricted-api=model-repository:
 admin-key=KEY``, docker/triton-serve.sh): the repository calls (index, load, unload) carry the header
@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import threading
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -37,6 +35,7 @@ from tritonclient.utils import InferenceServerException, np_to_triton_dtype
 from modelops.config import Settings, settings
 from modelops.credentials import triton_admin_key
 from modelops.errors import ServingError
+from modelops.serving.triton_library import library_client
 
 Array = npt.NDArray[Any]
 T = TypeVar("T")
@@ -45,10 +44,6 @@ ADMIN_HEADER = "admin-key"
 """The header Triton's restricted repository API checks (the key of ``--http-restricted-api``)."""
 
 _DATATYPES = {"FP32", "FP64", "INT64", "INT32", "BOOL", "BYTES"}
-
-# A forked child (an Airflow task process, a Celery pool process) inherits its parent's gevent loop, on which
-# every library call would hang: prepare it for the new process, as gevent's docs ask.
-os.register_at_fork(after_in_child=gevent.reinit)
 
 
 @dataclass(frozen=True)
@@ -84,24 +79,12 @@ class TritonClient:
         session.headers.update(dict(self.headers))
         return session
 
-    @cached_property
-    def _per_thread(self) -> threading.local:
-        return threading.local()
-
     def _library(self, *, long: bool = False) -> triton_http.InferenceServerClient:
         """This thread's (and process's) library client; ``long``: the one with the load timeout."""
-        local = self._per_thread
-        key = f"client_{int(long)}"
-        held = getattr(local, key, None)
-        if held is None or held[0] != os.getpid():
-            parts = urlsplit(self.base_url)
-            timeout = self.load_timeout_s if long else self.timeout_s
-            client = triton_http.InferenceServerClient(
-                f"{parts.netloc}{parts.path.rstrip('/')}", ssl=parts.scheme == "https",
-                connection_timeout=min(timeout, self.timeout_s), network_timeout=timeout)
-            held = (os.getpid(), client)
-            setattr(local, key, held)
-        return held[1]
+        parts = urlsplit(self.base_url)
+        timeout = self.load_timeout_s if long else self.timeout_s
+        return library_client(f"{parts.netloc}{parts.path.rstrip('/')}", ssl=parts.scheme == "https",
+                              connection_timeout=min(timeout, self.timeout_s), network_timeout=timeout)
 
     @cached_property
     def _admin_headers(self) -> dict[str, str]:
