@@ -108,6 +108,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "plugins"))
 
 from modelops.config import stack_port_env  # after the path: runnable without the install
+from modelops.modelspec.recommender import recommender_features
 
 PORT_BASE = 26000  # beside the integration suites (24xxx, 27xxx) and a developer's stack
 BENCH_ENV = {
@@ -227,9 +228,8 @@ def _serve_stable(cfg: Any, store: Any, trained: Any, model: str) -> dict[str, A
 def _publish_features(store: Any) -> None:
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
 
-    features = load_features()
+    features = recommender_features()
     users, items = generate_tables(features, replace(WorldSpec(), seed=7, n_users=400, n_items=400))
     publish_feature_tables(store, f"bench-canary-{uuid.uuid4().hex[:6]}", users, items, features=features)
 

@@ -39,7 +39,7 @@ CA = "/etc/ssl/certs/ca-certificates.crt"
 PROJECT = "modelops-bench"
 TARGETS = {"rebuild_s": 60.0, "up_wait_s": 120.0, "memory_gb": 6.0}
 CONTEXT = ("requirements.lock", "pyproject.toml", "README.md", ".env.example", ".dockerignore", "plugins", "dags",
-           "expectations", "model_repository", "docker")
+           "examples", "model_repository", "docker")
 
 
 def engine_running() -> bool:

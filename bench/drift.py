@@ -40,7 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "plugins"))
 
 from modelops.drift.stats import exact_ks  # noqa: E402
-from modelops.features import DEFAULT_FEATURES_FILE, load_features  # noqa: E402
+from modelops.features import load_features  # noqa: E402
+from modelops.modelspec.recommender import FEATURES_FILE as RECOMMENDER_FEATURES  # noqa: E402
 from modelops.records import scored_samples_schema  # noqa: E402
 
 DRIFTED = ("user_sessions_30d", "item_price", "user_emb_05")
@@ -112,7 +113,7 @@ def _side_tables(names: Sequence[str], rows: int, seed: int, drift: bool) -> lis
 
 def generate(cache: Path, rows: int, seed: int) -> tuple[Path, Path]:
     """Write (once) the baseline and current trees; return their paths."""
-    names = [f.name for f in load_features(DEFAULT_FEATURES_FILE)]
+    names = [f.name for f in load_features(RECOMMENDER_FEATURES)]
     root = cache / f"rows{rows}-seed{seed}"
     done = root / ".complete"
     paths = (root / "baseline", root / "current")
@@ -190,7 +191,7 @@ def spark_end_to_end(base: Path, cur: Path, out: Path, rows: int) -> float:
     start = time.perf_counter()
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         p for p in (str(ROOT / "plugins"), os.environ.get("PYTHONPATH", "")) if p)}
-    done = subprocess.run([sys.executable, "-c", _E2E, str(base), str(cur), str(DEFAULT_FEATURES_FILE), str(out),
+    done = subprocess.run([sys.executable, "-c", _E2E, str(base), str(cur), str(RECOMMENDER_FEATURES), str(out),
                            str(rows)], env=env, capture_output=True, text=True)
     if done.returncode:
         raise RuntimeError(f"end-to-end run failed ({done.returncode}):\n{done.stderr[-3000:]}")
@@ -219,7 +220,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from modelops.drift.job import compute_drift
     from modelops.spark import spark_session
 
-    features = load_features(DEFAULT_FEATURES_FILE)
+    features = load_features(RECOMMENDER_FEATURES)
     columns = ["score", *(f.name for f in features)]
     t0 = time.perf_counter()
     base, cur = generate(args.cache, args.rows, args.seed)

@@ -106,13 +106,14 @@ def main() -> int:
     print(f"start: {_load()}", flush=True)
     try:
         from modelops.drift.job import compute_drift
-        from modelops.features import DEFAULT_FEATURES_FILE, load_features
+        from modelops.features import load_features
         from modelops.feedback.job import run_feedback_join
+        from modelops.modelspec.recommender import FEATURES_FILE as RECOMMENDER_FEATURES
         from modelops.spark import spark_session
 
         uris = {name: _upload(path, f"bench/{name}")
                 for name, path in (("base", base), ("cur", cur), ("preds", preds), ("events", events))}
-        features = load_features(DEFAULT_FEATURES_FILE)
+        features = load_features(RECOMMENDER_FEATURES)
         spark = spark_session("bench-jobs-store")
 
         def drift(b: str, c: str) -> Callable[[], object]:

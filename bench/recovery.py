@@ -44,6 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from bench._stack import load_average, private_stack  # after the path: runnable without the install
 
+from modelops.modelspec.recommender import recommender_features
 from modelops.process import free_port
 
 GOAL_TRITON_S = 10.0
@@ -62,7 +63,6 @@ def _serve_champion(cfg: Any) -> tuple[str, dict[str, Any]]:
     from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
     from modelops.objectstore import ObjectStore
     from modelops.serving.publisher import Provenance, publish_artifacts
     from modelops.serving.testing import fixture_artifacts
@@ -72,7 +72,7 @@ def _serve_champion(cfg: Any) -> tuple[str, dict[str, Any]]:
     model = f"benchrec_{uuid.uuid4().hex[:6]}"
     published = publish_artifacts(model, fixture_artifacts(1), Provenance(owner="bench"), cfg=cfg, store=store,
                                   load=False)
-    users, items = generate_tables(load_features(), replace(WorldSpec(), seed=3, n_users=20, n_items=20))
+    users, items = generate_tables(recommender_features(), replace(WorldSpec(), seed=3, n_users=20, n_items=20))
     publish_feature_tables(store, f"bench-{uuid.uuid4().hex[:6]}", users, items)
     store.put_bytes(routes_key(model), serialize_routes(Routes(
         model, 1, VersionRef(published.triton_version, published.sha256), None, 0.0,

@@ -182,12 +182,13 @@ def _replica_bound(windows: list[tuple[float, ...]]) -> str:
 _DRIVER = f"""
 import dataclasses, json, sys, time
 from modelops.drift.job import compute_drift
-from modelops.features import DEFAULT_FEATURES_FILE, load_features
+from modelops.features import load_features
 from modelops.spark import spark_session
+from modelops.modelspec.recommender import FEATURES_FILE as RECOMMENDER_FEATURES
 
 master, base, cur, rows = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
 spark = spark_session("bench-scale-drift", master)
-features = load_features(DEFAULT_FEATURES_FILE)
+features = load_features(RECOMMENDER_FEATURES)
 compute_drift(spark, base, cur, features, max_rows=rows)  # warm-up: executors, Python workers, page cache
 print({_RESULT!r} + json.dumps({{"app": spark.sparkContext.applicationId}}), flush=True)
 for _ in sys.stdin:

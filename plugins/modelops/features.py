@@ -1,4 +1,4 @@
-"""Feature metadata (``expectations/features.yaml``): load and validate.
+"""Feature metadata files (the reference recommender's is ``examples/recommender/features.yaml``): load and validate.
 
 Format: a ``features:`` list of mappings with ``name``,
 ``dtype``, ``min``, ``max``, ``description``, ``owner``, ``drift_sensitivity`` in
@@ -15,10 +15,8 @@ from typing import Any
 
 import yaml
 
-from modelops.config import PROJECT_ROOT
 from modelops.errors import ContractError
 
-DEFAULT_FEATURES_FILE = PROJECT_ROOT / "expectations" / "features.yaml"
 _NAME = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 _DTYPES = {"float64", "float32", "int64", "int32"}
 
@@ -83,7 +81,7 @@ def parse_features(document: Any) -> tuple[Feature, ...]:
     return features
 
 
-def load_features(path: Path | str = DEFAULT_FEATURES_FILE) -> tuple[Feature, ...]:
+def load_features(path: Path | str) -> tuple[Feature, ...]:
     """Load and validate a feature metadata file."""
     try:
         document = yaml.safe_load(Path(path).read_text())

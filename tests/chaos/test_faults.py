@@ -28,6 +28,7 @@ import requests
 
 from modelops.config import Settings
 from modelops.errors import ModelopsError
+from modelops.modelspec.recommender import recommender_features
 from modelops.objectstore import ObjectStore
 from modelops.serving.pbtxt import ROLES
 from modelops.serving.publisher import Provenance, publish_artifacts, specs_for
@@ -87,13 +88,12 @@ def routed_model(stack_settings: Settings, object_store: ObjectStore, triton_url
     from modelops.documents.routes import routes_key
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
 
     model = f"chs_{uuid.uuid4().hex[:6]}"
     client = TritonClient(triton_url)
     versions = [publish_artifacts(model, fixture_artifacts(800 + k), Provenance(owner="tests"), cfg=stack_settings,
                                   store=object_store, client=client, load=False) for k in range(2)]
-    users, items = generate_tables(load_features(), replace(WorldSpec(), seed=13, n_users=40, n_items=40))
+    users, items = generate_tables(recommender_features(), replace(WorldSpec(), seed=13, n_users=40, n_items=40))
     publish_feature_tables(object_store, f"chaos-{uuid.uuid4().hex[:6]}", users, items)
     object_store.put_bytes(routes_key(model), _routes(model, 1, versions[0]))
     def predict() -> requests.Response:

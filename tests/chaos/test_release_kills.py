@@ -31,6 +31,7 @@ import requests
 
 from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
+from modelops.modelspec.recommender import recommender_features
 from modelops.objectstore import ObjectStore
 from modelops.stack import launcher
 from tests.support.releases import ended, explain, task_states
@@ -55,12 +56,11 @@ def world(stack_settings: Settings, object_store: ObjectStore) -> Iterator[dict[
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
     from modelops.example.train import TrainSpec, train
-    from modelops.features import load_features
     from modelops.serving.api import served_versions, unload_version
 
     model = f"rlk_{uuid.uuid4().hex[:6]}"
     trained = train(TrainSpec(world=replace(WorldSpec(), n_requests=1500, seed=21), hidden=(16,), max_iter=25))
-    users, items = generate_tables(load_features(), replace(WorldSpec(), seed=21, n_users=80, n_items=80))
+    users, items = generate_tables(recommender_features(), replace(WorldSpec(), seed=21, n_users=80, n_items=80))
     publish_feature_tables(object_store, f"release-kills-{uuid.uuid4().hex[:6]}", users, items)
     yield {"model": model, "trained": trained}
     object_store.delete(routes_key(model))  # do not leave this model loaded for the tests after it

@@ -28,6 +28,7 @@ import requests
 
 from modelops.airflow_client import AirflowClient
 from modelops.config import Settings
+from modelops.modelspec.recommender import recommender_features
 from modelops.objectstore import ObjectStore
 from modelops.stack import launcher
 from tests.support.eventlogs import logged_values
@@ -57,11 +58,10 @@ def champion(stack_settings: Settings, object_store: ObjectStore, mlflow_uri: st
     from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
 
     released = release_champion("rst", mlflow_uri, "modelops-tests-restart")
     model, version = released.model, released.version
-    features = load_features()
+    features = recommender_features()
     users, items = generate_tables(features, replace(WorldSpec(), seed=5, n_users=80, n_items=80))
     publish_feature_tables(object_store, f"restart-{uuid.uuid4().hex[:6]}", users, items, features=features)
     routes = Routes(model, 1, VersionRef(released.triton_version, released.sha256), None, 0.0,

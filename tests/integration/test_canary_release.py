@@ -23,6 +23,7 @@ import requests
 from modelops.airflow_client import AirflowClient
 from modelops.canary.approval import APPROVAL_TASK, hitl_path
 from modelops.config import Settings
+from modelops.modelspec.recommender import recommender_features
 from modelops.objectstore import ObjectStore
 from modelops.traffic.runner import BackgroundTraffic
 from tests.support.releases import ended
@@ -46,9 +47,8 @@ def trained() -> Any:
 def features_published(object_store: ObjectStore) -> None:
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
 
-    features = load_features()
+    features = recommender_features()
     users, items = generate_tables(features, replace(WorldSpec(), seed=7, n_users=400, n_items=400))
     publish_feature_tables(object_store, f"canary-{uuid.uuid4().hex[:6]}", users, items, features=features)
 

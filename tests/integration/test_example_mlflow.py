@@ -18,12 +18,12 @@ from modelops.example import synthetic
 from modelops.example.tables import load_feature_tables, publish_feature_tables, read_pointer, users_key
 from modelops.example.tracking import LoggedModel, log_trained_model
 from modelops.example.train import TrainedModel, TrainSpec, onnx_scores, train
-from modelops.features import load_features
+from modelops.modelspec.recommender import recommender_features
 from modelops.objectstore import ObjectStore
 
 pytestmark = pytest.mark.integration
 
-FEATURES = load_features()
+FEATURES = recommender_features()
 WORLD = synthetic.WorldSpec(seed=21, n_users=500, n_items=300, n_requests=500)
 
 

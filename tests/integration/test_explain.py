@@ -32,9 +32,10 @@ from modelops.errors import ServingError
 from modelops.example.synthetic import WorldSpec
 from modelops.example.tables import publish_feature_tables
 from modelops.example.train import TrainSpec, train
-from modelops.features import feature_names, load_features
+from modelops.features import feature_names
 from modelops.gateway.explain.shapley import ADDITIVITY_TOLERANCE
 from modelops.gateway.testing import feature_tables, write_test_model
+from modelops.modelspec.recommender import recommender_features
 from modelops.objectstore import ObjectStore
 from modelops.records import EXPLANATIONS, LOG_PREFIXES
 from modelops.serving.builder import Artifacts
@@ -48,7 +49,7 @@ pytestmark = pytest.mark.integration
 RUN = uuid.uuid4().hex[:8]
 FOCUS = f"exfocus_{RUN}"
 PIPELINE = f"expipe_{RUN}"
-NAMES = feature_names(load_features())
+NAMES = feature_names(recommender_features())
 FOCUS_FEATURE = next(name for name in NAMES if name.startswith("item_"))  # varies from item to item
 
 

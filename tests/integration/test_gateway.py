@@ -38,6 +38,7 @@ from modelops.errors import ServingError
 from modelops.example.tables import FeatureLookup, publish_feature_tables
 from modelops.gateway.feedback.tokens import TokenClaims, issue_token, resolve_secret
 from modelops.gateway.testing import feature_tables, write_test_model
+from modelops.modelspec.recommender import recommender_contract
 from modelops.objectstore import ObjectStore
 from modelops.process import free_port
 from modelops.records import FEEDBACK, LOG_PREFIXES, PREDICTIONS
@@ -556,10 +557,10 @@ def _schemathesis_test() -> Any:
         status_code_conformance,
     )
 
-    from modelops.gateway.protocol.contract import load_contract
+    from modelops.gateway.protocol.contract import compile_contract
     from modelops.gateway.protocol.openapi import build_openapi
 
-    document = build_openapi(load_contract().schema, max_body_bytes=GATEWAY_MAX_BODY)
+    document = build_openapi(compile_contract(recommender_contract()).schema, max_body_bytes=GATEWAY_MAX_BODY)
     schema = schemathesis.openapi.from_dict(document)
 
     @schema.parametrize()

@@ -24,11 +24,12 @@ import pytest
 from modelops import spark_store
 from modelops.drift.job import run_drift
 from modelops.errors import ModelopsError
-from modelops.features import DEFAULT_FEATURES_FILE, load_features
+from modelops.features import load_features
 from modelops.feedback.definitions import result_document, utc
 from modelops.feedback.job import run_feedback_join
 from modelops.feedback.outputs import POINTER_NAME, current_location, current_prefix
 from modelops.feedback.reference import reference_join
+from modelops.modelspec.recommender import FEATURES_FILE as RECOMMENDER_FEATURES
 from modelops.objectstore import ObjectStore
 from tests.spark.test_drift_job import DRIFTED, ROWS, _scipy, _side, _write
 from tests.spark.test_feedback_job import END, START, generate, write_inputs
@@ -124,7 +125,7 @@ def test_feedback_job_reads_and_writes_the_store_and_equals_the_reference(
 def test_drift_job_reads_the_store_and_matches_scipy(
     spark: SparkSession, object_store: ObjectStore, prefix: str, tmp_path: Path
 ) -> None:
-    features = load_features(DEFAULT_FEATURES_FILE)
+    features = load_features(RECOMMENDER_FEATURES)
     names = [f.name for f in features]
     sides = {"baseline": _side(names, ROWS["baseline"], 1, drift=False),
              "current": _side(names, ROWS["current"], 2, drift=True)}
@@ -139,7 +140,7 @@ def test_drift_job_reads_the_store_and_matches_scipy(
     out = object_store.uri(f"{prefix}/report")
 
     result = run_drift(object_store.uri(f"{prefix}/baseline/samples.parquet"), object_store.uri(f"{prefix}/current"),
-                       str(DEFAULT_FEATURES_FILE), out, spark=spark)
+                       str(RECOMMENDER_FEATURES), out, spark=spark)
 
     assert result.json_path == f"{out}/drift.json"
     doc = json.loads(object_store.get_bytes(f"{prefix}/report/drift.json"))

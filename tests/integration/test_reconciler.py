@@ -19,6 +19,7 @@ import pytest
 import requests
 
 from modelops.config import Settings
+from modelops.modelspec.recommender import recommender_features
 from modelops.objectstore import ObjectStore
 from modelops.serving.pbtxt import ROLES
 from modelops.serving.publisher import Provenance, publish_artifacts, specs_for
@@ -62,14 +63,13 @@ def published(stack_settings: Settings, object_store: ObjectStore, triton_url: s
     from modelops.documents.routes import routes_key
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
 
     model = f"rec_{uuid.uuid4().hex[:6]}"
     client = TritonClient(triton_url)
     versions = [publish_artifacts(model, fixture_artifacts(500 + k), Provenance(owner="tests"), cfg=stack_settings,
                                   store=object_store, client=client, load=False) for k in range(3)]
     assert [p.triton_version for p in versions] == [1, 2, 3]
-    features = load_features()
+    features = recommender_features()
     users, items = generate_tables(features, replace(WorldSpec(), seed=11, n_users=60, n_items=60))
     publish_feature_tables(object_store, f"reconcile-{uuid.uuid4().hex[:6]}", users, items, features=features)
     yield {"model": model, "versions": versions, "client": client}

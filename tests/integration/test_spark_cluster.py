@@ -23,7 +23,8 @@ import pytest
 
 from modelops import process
 from modelops.config import Settings
-from modelops.features import DEFAULT_FEATURES_FILE, load_features
+from modelops.features import load_features
+from modelops.modelspec.recommender import FEATURES_FILE as RECOMMENDER_FEATURES
 from modelops.objectstore import ObjectStore
 from modelops.stack import launcher
 from modelops.stack import spark_cluster as cluster
@@ -52,7 +53,7 @@ def cluster_settings(stack_settings: Settings) -> Iterator[Settings]:
 @pytest.fixture(scope="module")
 def inputs(stack_settings: Settings, object_store: ObjectStore, tmp_path_factory: pytest.TempPathFactory
            ) -> Iterator[dict[str, str]]:
-    names = [f.name for f in load_features(DEFAULT_FEATURES_FILE)]
+    names = [f.name for f in load_features(RECOMMENDER_FEATURES)]
     tmp = tmp_path_factory.mktemp("cluster-drift")
     for i, (side, drift) in enumerate((("baseline", False), ("current", True))):
         _write(tmp / side, names, _side(names, ROWS[side], i + 1, drift=drift), i)
@@ -76,7 +77,7 @@ def _submit(cfg: Settings, master: str, inputs: dict[str, str], out: str) -> Non
                 "PYSPARK_PYTHON": str(VENV_BIN / "python")})
     argv = [str(VENV_BIN / "spark-submit"), "--master", master, "--name", f"drift-{uuid.uuid4().hex[:6]}",
             str(SUBMIT_APP), "drift", "--baseline", inputs["baseline"], "--current", inputs["current"],
-            "--features", str(DEFAULT_FEATURES_FILE), "--out", out, "--master", master]
+            "--features", str(RECOMMENDER_FEATURES), "--out", out, "--master", master]
     done = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, f"spark-submit --master {master}: rc {done.returncode}\n{done.stderr[-3000:]}"
 

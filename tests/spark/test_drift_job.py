@@ -17,7 +17,8 @@ from scipy.stats import ks_2samp
 
 from modelops.drift.job import JobOptions, compute_drift, run_drift
 from modelops.errors import ContractError
-from modelops.features import DEFAULT_FEATURES_FILE, Feature, load_features
+from modelops.features import Feature, load_features
+from modelops.modelspec.recommender import FEATURES_FILE as RECOMMENDER_FEATURES
 from modelops.records import partition_path, scored_samples_schema
 
 if TYPE_CHECKING:
@@ -42,7 +43,7 @@ def spark() -> Iterator[SparkSession]:
 
 @pytest.fixture(scope="module")
 def features() -> tuple[Feature, ...]:
-    return load_features(DEFAULT_FEATURES_FILE)
+    return load_features(RECOMMENDER_FEATURES)
 
 
 def _values(rng: np.random.Generator, index: int, n: int) -> np.ndarray:
@@ -115,7 +116,7 @@ def test_job_finds_the_injected_columns_and_matches_scipy(
     base, cur = data["baseline"], data["current"]
     assert isinstance(base, dict) and isinstance(cur, dict)
     result = run_drift(str(root / "baseline" / "scored"), str(root / "current" / "scored"),
-                       str(DEFAULT_FEATURES_FILE), str(root / "out"), spark=spark)
+                       str(RECOMMENDER_FEATURES), str(root / "out"), spark=spark)
 
     doc = json.loads(Path(result.json_path).read_text())
     assert doc["schema_version"] == 1

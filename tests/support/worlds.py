@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from modelops.modelspec.recommender import recommender_features
 from modelops.objectstore import ObjectStore
 
 
@@ -17,9 +18,8 @@ def publish_tables(store: ObjectStore, snapshot: str, shift: bool) -> None:
     """
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
 
-    features = load_features()
+    features = recommender_features()
     users, items = generate_tables(features, replace(WorldSpec(), seed=7, n_users=400, n_items=400))
     if shift:
         users["user_ctr_30d"] = np.clip(users["user_ctr_30d"] + 0.35, 0, 1)

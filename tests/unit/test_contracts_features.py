@@ -10,9 +10,9 @@ from modelops.contracts import suites
 from modelops.contracts.validation import ValidationReport, validate
 from modelops.example import synthetic
 from modelops.example.tables import feature_matrix
-from modelops.features import load_features
+from modelops.modelspec.recommender import recommender_features
 
-FEATURES = load_features()
+FEATURES = recommender_features()
 NAMES = [f.name for f in FEATURES]
 
 

@@ -21,9 +21,9 @@ from modelops.contracts.custom_expectations import (
 from modelops.contracts.ecma import portable_pattern
 from modelops.contracts.validation import ValidationReport, validate
 from modelops.errors import ContractError
-from modelops.features import load_features
+from modelops.modelspec.recommender import recommender_contract, recommender_features
 
-SCHEMA = suites.load_request_schema()
+SCHEMA = recommender_contract()
 PROPS = SCHEMA["properties"]
 
 
@@ -198,7 +198,7 @@ def test_missing_column_fails_exist_and_reports_it() -> None:
     assert ("expect_table_columns_to_match_set", None) in failed
 
 
-FEATURES = load_features()
+FEATURES = recommender_features()
 
 
 def test_feature_suite_covers_every_feature_and_merges_hand_written() -> None:

@@ -9,12 +9,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from modelops.contracts.suites import load_request_schema
 from modelops.example import synthetic
 from modelops.example.tables import FeatureLookup, feature_matrix
-from modelops.features import load_features
+from modelops.modelspec.recommender import recommender_contract, recommender_features
 
-FEATURES = load_features()
+FEATURES = recommender_features()
 NAMES = [f.name for f in FEATURES]
 SPEC = synthetic.WorldSpec(seed=11, n_users=400, n_items=300, n_requests=200)
 
@@ -56,7 +55,7 @@ def test_feature_shapes_are_realistic(tables: tuple[pd.DataFrame, pd.DataFrame])
 
 def test_requests_satisfy_the_request_contract() -> None:
     requests = synthetic.generate_requests(SPEC, unknown_share=0.1)
-    validator = jsonschema.Draft202012Validator(load_request_schema())
+    validator = jsonschema.Draft202012Validator(recommender_contract())
     for row in requests.to_dict(orient="records"):
         row = {**row, "timestamp": int(row["timestamp"]), "item_ids": list(row["item_ids"])}
         validator.validate(row)

@@ -11,9 +11,9 @@ import pytest
 
 from modelops.example import synthetic
 from modelops.example.train import TrainedModel, TrainSpec, onnx_scores, train
-from modelops.features import load_features
+from modelops.modelspec.recommender import recommender_features
 
-FEATURES = load_features()
+FEATURES = recommender_features()
 WORLD = synthetic.WorldSpec(seed=5, n_users=600, n_items=400, n_requests=600)
 
 

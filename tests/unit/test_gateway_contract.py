@@ -18,10 +18,11 @@ from hypothesis import strategies as st
 from hypothesis_jsonschema import from_schema
 
 from modelops.errors import ContractError
-from modelops.gateway.protocol.contract import compile_schema, load_contract
+from modelops.gateway.protocol.contract import compile_contract, compile_schema
+from modelops.modelspec.recommender import recommender_contract
 from tests.unit.ecma_oracle import ecma_search
 
-CONTRACT = load_contract()
+CONTRACT = compile_contract(recommender_contract())
 GOOD: dict[str, Any] = {"user_id": "u_000123", "item_ids": ["i_1", "i_2", "i_3", "i_4"], "timestamp": 1764460800}
 
 

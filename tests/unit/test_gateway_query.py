@@ -6,10 +6,11 @@ import copy
 
 import pytest
 
-from modelops.contracts.suites import load_request_schema, query_options, request_suite_from_schema
+from modelops.contracts.suites import query_options, request_suite_from_schema
 from modelops.errors import ContractError
-from modelops.gateway.protocol.contract import load_contract
+from modelops.gateway.protocol.contract import compile_contract
 from modelops.gateway.protocol.openapi import build_openapi
+from modelops.modelspec.recommender import recommender_contract
 
 
 @pytest.mark.parametrize(("query", "expected"), [
@@ -18,7 +19,7 @@ from modelops.gateway.protocol.openapi import build_openapi
     (b"explain=false&top_k=12", {"explain": False, "top_k": 12}),
 ])
 def test_options_are_converted_and_defaulted(query: bytes, expected: dict[str, object]) -> None:
-    contract = load_contract().query
+    contract = compile_contract(recommender_contract()).query
     assert contract is not None
     assert contract.parse(query) == (expected, None)
 
@@ -33,7 +34,7 @@ def test_options_are_converted_and_defaulted(query: bytes, expected: dict[str, o
 ])
 def test_a_bad_option_names_the_field_the_rule_and_an_example(query: bytes, field: str, rule: str,
                                                               example: str) -> None:
-    contract = load_contract().query
+    contract = compile_contract(recommender_contract()).query
     assert contract is not None
     _options, violation = contract.parse(query)
     assert violation is not None
@@ -42,7 +43,7 @@ def test_a_bad_option_names_the_field_the_rule_and_an_example(query: bytes, fiel
 
 
 def test_gx_suite_and_openapi_follow_the_declaration() -> None:
-    schema = load_request_schema()
+    schema = recommender_contract()
     assert query_options(schema) == {"explain": {"type": "boolean", "default": False},
                                      "top_k": {"type": "integer", "minimum": 1, "maximum": 128, "default": 5}}
     suite = request_suite_from_schema(schema)
@@ -55,7 +56,7 @@ def test_gx_suite_and_openapi_follow_the_declaration() -> None:
 
 
 def test_gx_refuses_an_option_rule_it_cannot_name() -> None:
-    schema = copy.deepcopy(load_request_schema())
+    schema = copy.deepcopy(recommender_contract())
     schema["$defs"]["query"]["properties"]["top_k"]["multipleOf"] = 2
     with pytest.raises(ContractError, match="multipleOf"):
         request_suite_from_schema(schema)

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from modelops.errors import ConfigError
-from modelops.gateway.protocol.contract import load_contract
+from modelops.gateway.protocol.contract import compile_contract
+from modelops.modelspec.recommender import recommender_contract
 from modelops.traffic.simulation import (
     Behaviour,
     TrafficSpec,
@@ -18,7 +19,7 @@ from modelops.traffic.simulation import (
 
 
 def test_requests_keep_the_contract() -> None:
-    contract = load_contract()
+    contract = compile_contract(recommender_contract())
     spec = TrafficSpec(model="m", items_per_request=(1, 50))
     rng = random.Random(1)
     for _ in range(500):

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from modelops.contracts import suites
-from modelops.features import load_features
 from modelops.modelspec import render
-from modelops.modelspec.recommender import NOT_NULL_MOSTLY, recommender_spec
+from modelops.modelspec.recommender import NOT_NULL_MOSTLY, recommender_contract, recommender_features, recommender_spec
 from modelops.modelspec.spec import ModelSpec
 from modelops.serving.pbtxt import config_json, config_mismatches, pipeline_specs, render_pbtxt
 
@@ -29,15 +29,20 @@ def test_the_spec_round_trips(spec: ModelSpec) -> None:
     assert spec.routing_key == "user_id" and spec.outcomes.actions == ("click", "purchase", "skip")
 
 
-def test_edge_contract_is_todays_request_schema(spec: ModelSpec) -> None:
-    today = suites.load_request_schema()
+GOLDEN = Path(__file__).resolve().parents[1] / "golden" / "recommender.request.schema.json"
+"""The recommender's request contract as it was declared by hand before the spec rendered it."""
+
+
+def test_edge_contract_is_the_pinned_request_schema(spec: ModelSpec) -> None:
+    today = suites.load_request_schema(GOLDEN)
     rendered = render.edge_contract(spec)
+    assert recommender_contract() == render.edge_contract(spec)  # what the gateway and the gate use
     assert rendered.pop("$id") == "https://modelops.dev/schemas/recommender/predict-request.json"
     today.pop("$id")
     assert rendered == today
     # and the GX request suite generated from it is the same suite
     ours = suites.request_suite_from_schema(render.edge_contract(spec)).to_json_dict()["expectations"]
-    theirs = suites.request_suite().to_json_dict()["expectations"]
+    theirs = suites.request_suite(GOLDEN).to_json_dict()["expectations"]
     assert [(e["type"], e["kwargs"]) for e in ours] == [(e["type"], e["kwargs"]) for e in theirs]
 
 
@@ -56,7 +61,7 @@ def test_triton_config_is_todays_model_step(spec: ModelSpec) -> None:
 
 def test_gate_expectations_are_todays_feature_suite(spec: ModelSpec) -> None:
     assert NOT_NULL_MOSTLY == suites.FEATURE_NOT_NULL_MOSTLY
-    today = suites.feature_suite_from_metadata(load_features()).to_json_dict()["expectations"]
+    today = suites.feature_suite_from_metadata(recommender_features()).to_json_dict()["expectations"]
     ours = render.gate_expectations(spec)
     assert len(ours) == len(today) == 4 * 128
 
@@ -80,7 +85,7 @@ def test_gx_type_lists_are_the_gates(spec: ModelSpec) -> None:
 
 
 def test_drift_features_are_the_feature_metadata(spec: ModelSpec) -> None:
-    features = load_features()
+    features = recommender_features()
     drift = render.drift_features(spec)
     assert [(d.name, d.sensitivity, d.threshold) for d in drift] == [
         (f.name, f.drift_sensitivity, f.drift_threshold) for f in features]

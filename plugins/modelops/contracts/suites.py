@@ -1,7 +1,7 @@
 """GX expectation suites generated from the contract sources, at load time.
 
-* The **request suite** is generated from ``expectations/request.schema.json`` (the
-  same JSON Schema the gateway compiles), so the batch contract never drifts from the
+* The **request suite** is generated from a request JSON Schema (the recommender's is rendered from
+  its spec: the same JSON Schema the gateway compiles), so the batch contract never drifts from the
   edge contract. Every schema keyword that constrains data becomes one expectation
   whose ``meta.rule`` names the JSON pointer of the rule it checks; a constraining
   keyword the generator does not understand raises :class:`ContractError` instead of
@@ -10,9 +10,9 @@
   with Python ``re`` (pandas) or Java (Spark), so it is handed over rewritten by
   :func:`~modelops.contracts.ecma.portable_pattern`, the same rewrite the gateway uses:
   ``"u1\\n"`` fails ``^[A-Za-z0-9_-]+$`` in every engine.
-* The **feature suite** is generated from ``expectations/features.yaml`` (column
+* The **feature suite** is generated from feature metadata (the recommender's ``features.yaml``; column
   exists, float type, values in [min, max], not null ``mostly`` :data:`FEATURE_NOT_NULL_MOSTLY`)
-  and merged with the hand-written expectations in ``expectations/suites/features.custom.json``.
+  and merged with the hand-written expectations of ``examples/recommender/features.custom.json``.
 
 Suites are JSON-round-trippable (``suite.to_json_dict()`` / ``gx.ExpectationSuite(**d)``);
 ``modelops contracts export`` writes them out for inspection only.
@@ -47,18 +47,15 @@ from great_expectations.expectations.core.expect_table_columns_to_match_set impo
 )
 from great_expectations.expectations.expectation import Expectation
 
-from modelops.config import PROJECT_ROOT
-
 # Imported for its side effect: registers the custom list expectations with GX, so that
 # suites naming them keep them when loaded (GX drops unknown types with only a log line).
 from modelops.contracts import custom_expectations as cx
 from modelops.contracts.ecma import portable_pattern
 from modelops.errors import ContractError
-from modelops.features import DEFAULT_FEATURES_FILE, Feature, load_features
+from modelops.features import Feature, load_features
+from modelops.modelspec.recommender import CUSTOM_EXPECTATIONS_FILE, FEATURES_FILE, recommender_contract
 from modelops.modelspec.spec import ModelSpec
 
-REQUEST_SCHEMA_FILE = PROJECT_ROOT / "expectations" / "request.schema.json"
-FEATURES_CUSTOM_FILE = PROJECT_ROOT / "expectations" / "suites" / "features.custom.json"
 SUITE_NAMES: tuple[str, ...] = ("requests", "features")
 
 FEATURE_NOT_NULL_MOSTLY = 0.99
@@ -107,7 +104,7 @@ _QUERY_KEYS: Mapping[str, frozenset[str]] = {
 }
 
 
-def load_request_schema(path: Path | str = REQUEST_SCHEMA_FILE) -> dict[str, Any]:
+def load_request_schema(path: Path | str) -> dict[str, Any]:
     """Read the request JSON Schema."""
     try:
         document = json.loads(Path(path).read_text())
@@ -280,7 +277,7 @@ def request_suite_from_schema(schema: Mapping[str, Any], *, name: str = "request
     return gx.ExpectationSuite(
         name=name,
         expectations=expectations,
-        meta={"generated_from": "expectations/request.schema.json", "schema_id": schema.get("$id"),
+        meta={"generated_from": "request JSON Schema", "schema_id": schema.get("$id"),
               "query_options": options},
     )
 
@@ -312,7 +309,7 @@ def feature_suite_from_metadata(
     suite = gx.ExpectationSuite(
         name=name,
         expectations=expectations,
-        meta={"generated_from": "expectations/features.yaml", "not_null_mostly": not_null_mostly},
+        meta={"generated_from": "feature metadata", "not_null_mostly": not_null_mostly},
     )
     for i, config in enumerate(custom):
         suite.add_expectation_configuration(_custom_configuration(i, config))
@@ -336,7 +333,7 @@ def _custom_configuration(index: int, config: Mapping[str, Any]) -> Any:
     return configuration
 
 
-def load_custom_expectations(path: Path | str = FEATURES_CUSTOM_FILE) -> list[dict[str, Any]]:
+def load_custom_expectations(path: Path | str = CUSTOM_EXPECTATIONS_FILE) -> list[dict[str, Any]]:
     """Hand-written expectations: ``{"expectations": [{"type", "kwargs", "meta"}, ...]}``; none if absent."""
     path = Path(path)
     if not path.exists():
@@ -351,13 +348,14 @@ def load_custom_expectations(path: Path | str = FEATURES_CUSTOM_FILE) -> list[di
     return items
 
 
-def request_suite(schema_file: Path | str = REQUEST_SCHEMA_FILE) -> gx.ExpectationSuite:
-    """The request suite, generated now from the schema file."""
-    return request_suite_from_schema(load_request_schema(schema_file))
+def request_suite(schema_file: Path | str | None = None) -> gx.ExpectationSuite:
+    """The request suite, generated now from a schema file (None: the recommender's, rendered from its spec)."""
+    schema = recommender_contract() if schema_file is None else load_request_schema(schema_file)
+    return request_suite_from_schema(schema)
 
 
 def feature_suite(
-    features_file: Path | str = DEFAULT_FEATURES_FILE, custom_file: Path | str = FEATURES_CUSTOM_FILE
+    features_file: Path | str = FEATURES_FILE, custom_file: Path | str = CUSTOM_EXPECTATIONS_FILE
 ) -> gx.ExpectationSuite:
     """The feature suite, generated now from the metadata file plus the hand-written file."""
     return feature_suite_from_metadata(

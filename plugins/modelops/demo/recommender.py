@@ -21,10 +21,10 @@ def _publish_features(cfg: Settings) -> str:
 
     from modelops.example.synthetic import WorldSpec, generate_tables
     from modelops.example.tables import publish_feature_tables
-    from modelops.features import load_features
+    from modelops.modelspec.recommender import recommender_features
     from modelops.objectstore import ObjectStore
 
-    features = load_features()
+    features = recommender_features()
     users, items = generate_tables(features, replace(WorldSpec(), seed=7))
     snapshot = time.strftime("%Y-%m-%d", time.gmtime())
     published = publish_feature_tables(ObjectStore.from_settings(cfg), snapshot, users, items, features=features)

@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from numpy.typing import NDArray
 
 from modelops.errors import ContractError, ObjectStoreError
-from modelops.features import DEFAULT_FEATURES_FILE, load_features
+from modelops.modelspec.recommender import recommender_feature_names
 from modelops.objectstore import ObjectStore
 
 FEATURES_PREFIX = "features"
@@ -71,12 +71,12 @@ class FeatureLookup:
         Args:
             users: the users table.
             items: the items table.
-            names: the output feature order; the features of ``features.yaml`` when omitted.
+            names: the output feature order; the recommender's features when omitted.
 
         Raises:
             ContractError: a named feature is in neither table.
         """
-        names = tuple(names) if names is not None else tuple(f.name for f in load_features(DEFAULT_FEATURES_FILE))
+        names = tuple(names) if names is not None else recommender_feature_names()
         user_cols = [n for n in names if n in users.columns and n != "user_id"]
         item_cols = [n for n in names if n in items.columns and n != "item_id"]
         missing = sorted(set(names) - set(user_cols) - set(item_cols))
@@ -119,7 +119,7 @@ def feature_matrix(
     item_ids: Sequence[str] | NDArray[Any],
     names: Sequence[str] | None = None,
 ) -> NDArray[Any]:
-    """The model input for (user, item) pairs: float32 ``[n, 128]`` in ``features.yaml`` order.
+    """The model input for (user, item) pairs: float32 ``[n, 128]`` in the recommender's feature order.
 
     Values of unknown users or items are NaN (the model's preprocess step imputes them).
     For repeated calls on the same tables build a :class:`FeatureLookup` once instead.

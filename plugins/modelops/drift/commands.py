@@ -7,7 +7,7 @@ import json
 
 from modelops.drift.model_samples import read_text
 from modelops.errors import ContractError, ObjectStoreError
-from modelops.features import DEFAULT_FEATURES_FILE
+from modelops.modelspec.recommender import FEATURES_FILE as RECOMMENDER_FEATURES
 
 
 def _fraction(raw: str) -> float:
@@ -63,7 +63,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-
                              "s3://bucket/prefix (read by the Spark executors)")
     parser.add_argument("--current", required=True, metavar="PATH", help="current scored samples, same forms")
     parser.add_argument("--features", required=True, metavar="FILE",
-                        help=f"feature metadata YAML (the project's: {DEFAULT_FEATURES_FILE}), or a model spec "
+                        help=f"feature metadata YAML (the recommender's: {RECOMMENDER_FEATURES}), or a model spec "
                              "JSON (a version's model-spec.json: its features); a local file or s3://bucket/key")
     parser.add_argument("--out", required=True, metavar="DIR", help="output directory (or s3://bucket/prefix)")
     parser.add_argument("--threshold", type=_fraction, default=0.05,

@@ -313,8 +313,8 @@ def run_drift(
     Args:
         baseline: baseline scored samples (local path or ``s3a://`` URI; file or partitioned tree).
         current: current scored samples, same forms.
-        features_file: feature metadata YAML (``expectations/features.yaml``) or a model spec JSON (a spec
-            model's ``model-spec.json``), local or ``s3://``.
+        features_file: feature metadata YAML (the recommender's ``examples/recommender/features.yaml``) or a
+            model spec JSON (a spec model's ``model-spec.json``), local or ``s3://``.
         out_dir: local directory or ``s3a://bucket/prefix`` / ``s3://bucket/prefix`` for the outputs.
         threshold: default KS threshold (a feature's ``drift_threshold`` wins).
         max_rows: per-side row cap; larger sides are sampled (seeded, deterministic).

@@ -1,6 +1,6 @@
 """A deterministic synthetic recommendation world (pure numpy/pandas, seeded).
 
-Users and items carry the 128 features of ``expectations/features.yaml`` (64 ``user_*``,
+Users and items carry the 128 features of the recommender's ``examples/recommender/features.yaml`` (64 ``user_*``,
 64 ``item_*``) with realistic shapes: skewed counts, rates in [0, 1], ratings, and
 embeddings ~ N(0, 1) clipped to [-10, 10]. Requests are ``{user_id, item_ids (1–50),
 timestamp}``. A hidden ground truth gives the click probability of a (user, item) pair:

@@ -35,7 +35,8 @@ from modelops.documents.feature_tables import (
     users_key,
 )
 from modelops.errors import ContractError
-from modelops.features import Feature, load_features
+from modelops.features import Feature
+from modelops.modelspec.recommender import recommender_features
 from modelops.objectstore import ObjectStore
 
 _SNAPSHOT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")
@@ -93,7 +94,7 @@ def publish_feature_tables(
         snapshot: the version name, e.g. ``2026-11-29``.
         users: user_id + the user_* features.
         items: item_id + the item_* features.
-        features: the feature metadata; ``features.yaml`` when omitted.
+        features: the feature metadata; the recommender's when omitted.
         prefix: the key prefix (tests use their own).
 
     Raises:
@@ -102,7 +103,7 @@ def publish_feature_tables(
     """
     if not _SNAPSHOT.match(snapshot):
         raise ContractError(f"snapshot {snapshot!r}: must match {_SNAPSHOT.pattern} (example: 2026-11-29)")
-    features = tuple(features) if features is not None else load_features()
+    features = tuple(features) if features is not None else recommender_features()
     _check_table(users, "user_id", "user_", features)
     _check_table(items, "item_id", "item_", features)
     store.ensure_bucket()

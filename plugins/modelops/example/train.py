@@ -31,7 +31,8 @@ from numpy.typing import NDArray
 
 from modelops.example import synthetic
 from modelops.example.tables import FeatureLookup
-from modelops.features import DEFAULT_FEATURES_FILE, Feature, load_features
+from modelops.features import Feature
+from modelops.modelspec.recommender import FEATURES_FILE, recommender_features
 
 VARIANTS: tuple[str, ...] = ("good", "faulty-errors", "collapsed", "slow", "permuted")
 DEFAULT_ERROR_RATE = 0.05
@@ -250,7 +251,7 @@ def train(spec: TrainSpec, features: Sequence[Feature] | None = None) -> Trained
 
     if spec.variant not in VARIANTS:
         raise ValueError(f"variant {spec.variant!r}: must be one of {', '.join(VARIANTS)}")
-    features = tuple(features) if features is not None else load_features()
+    features = tuple(features) if features is not None else recommender_features()
     names = tuple(f.name for f in features)
     x, y, stamps = build_dataset(features, spec.world)
     rng = np.random.default_rng([spec.world.seed, 4])
@@ -281,7 +282,7 @@ def train(spec: TrainSpec, features: Sequence[Feature] | None = None) -> Trained
         input_example=frame[holdout].head(5).reset_index(drop=True),
         data_start=datetime.fromtimestamp(int(stamps.min()), UTC),
         data_end=datetime.fromtimestamp(int(stamps.max()), UTC),
-        features_sha256=hashlib.sha256(DEFAULT_FEATURES_FILE.read_bytes()).hexdigest(),
+        features_sha256=hashlib.sha256(FEATURES_FILE.read_bytes()).hexdigest(),
     )
 
 

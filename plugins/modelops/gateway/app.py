@@ -31,7 +31,6 @@ from modelops.documents.routes import (
     choose_version,
     routes_to_dict,
 )
-from modelops.features import feature_names, load_features
 from modelops.gateway.delay import LoopLag, RequestTiming, TritonDelays
 from modelops.gateway.edge import EdgeServing
 from modelops.gateway.explain.scoring import ExplainPlan
@@ -61,10 +60,11 @@ from modelops.gateway.lookup.precomputed import PrecomputedScores
 from modelops.gateway.metrics import CollapseWatch, ScoreWindow
 from modelops.gateway.options import GatewayOptions
 from modelops.gateway.pollers import GatewayPollers
-from modelops.gateway.protocol.contract import RequestContract, load_contract
+from modelops.gateway.protocol.contract import RequestContract, compile_contract
 from modelops.gateway.protocol.openapi import add_model_paths, build_openapi
 from modelops.gateway.shadow.mirror import ShadowMirroring
 from modelops.gateway.triton.pool import TritonPool
+from modelops.modelspec.recommender import recommender_contract, recommender_feature_names
 from modelops.objectstore import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -83,8 +83,9 @@ class Gateway(GatewayPollers, LookupServing, EdgeServing, FeedbackServing, Shado
     def __init__(self, cfg: Settings, options: GatewayOptions) -> None:
         self.cfg = cfg
         self.options = options
-        self.contract: RequestContract = load_contract()
-        self.names = feature_names(load_features())
+        # The feature-lookup form is the recommender's: its contract and feature order come from its spec.
+        self.contract: RequestContract = compile_contract(recommender_contract())
+        self.names = list(recommender_feature_names())
         self.secret = resolve_secret(cfg.feedback_secret, cfg.home)
         self.store = ObjectStore.from_settings(cfg)
         self.features = OnlineFeatures(self.store, self.names)

@@ -16,7 +16,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from modelops.features import feature_names, load_features
+from modelops.modelspec.recommender import recommender_feature_names
 
 MODEL_PY = '''
 import json, time
@@ -75,9 +75,9 @@ def write_test_model(repository: Path, name: str, versions: Sequence[int], *, de
 
 
 def feature_tables(seed: int = 7, n_users: int = 60, n_items: int = 120) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Small users/items tables with every feature of features.yaml, values in [0, 1), a few NaN."""
+    """Small users/items tables with every feature of the recommender, values in [0, 1), a few NaN."""
     rng = np.random.default_rng(seed)
-    names = feature_names(load_features())
+    names = list(recommender_feature_names())
     user_cols = [n for n in names if n.startswith("user_")]
     item_cols = [n for n in names if n.startswith("item_")]
     users = pd.DataFrame(rng.random((n_users, len(user_cols))), columns=user_cols)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from modelops.drift.model_samples import features_of
-from modelops.features import DEFAULT_FEATURES_FILE
+from modelops.modelspec.recommender import FEATURES_FILE as RECOMMENDER_FEATURES
 from modelops.objectstore import ObjectStore
 from modelops.records import LOG_PREFIXES
 
@@ -213,7 +213,7 @@ def prepare_version(day: str, version: dict[str, Any]) -> dict[str, Any] | None:
     rows, _ = _filter_version(samples, model, triton_version, current, after=after, widen_to=widen_to)
     if rows == 0:
         return None
-    features = str(DEFAULT_FEATURES_FILE) if spec is None else store.uri(spec_key(model, triton_version))
+    features = str(RECOMMENDER_FEATURES) if spec is None else store.uri(spec_key(model, triton_version))
     return {**{k: v for k, v in version.items() if k != "tags"}, "baseline": store.uri(baseline_key),
             "current": current, "out": store.uri(f"{REPORTS_PREFIX}/{model}/v{triton_version}/dt={day}"),
             "current_rows": rows, "features": features}
@@ -222,12 +222,12 @@ def prepare_version(day: str, version: dict[str, Any]) -> dict[str, Any] | None:
 def submit_args(prepared: dict[str, Any], day: str, master: str) -> list[str]:
     """The ``modelops drift`` arguments for spark-submit: object-store locations and the features' document.
 
-    The recommender's features are the code's feature file; a spec model's, its version's
+    The recommender's features are its declaration's ``features.yaml``; a spec model's, its version's
     ``model-spec.json`` in the store.
     """
     sections = ObjectStore.from_settings().uri(f"{work_prefix(day)}/{SECTIONS_NAME}")
     return ["drift", "--baseline", prepared["baseline"], "--current", prepared["current"],
-            "--features", str(prepared.get("features") or DEFAULT_FEATURES_FILE), "--out", prepared["out"],
+            "--features", str(prepared.get("features") or RECOMMENDER_FEATURES), "--out", prepared["out"],
             "--sections", sections, "--master", master]
 
 

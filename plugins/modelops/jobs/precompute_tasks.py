@@ -190,13 +190,13 @@ def precompute(champion: Champion, interval_start: datetime, *, store: ObjectSto
     """
     from modelops.config import settings
     from modelops.documents.feature_tables import FeatureLookup, load_feature_tables
-    from modelops.features import feature_names, load_features
+    from modelops.modelspec.recommender import recommender_feature_names
 
     store = store or ObjectStore.from_settings()
     triton_url = triton_url or settings().triton_http_url
     started = time.perf_counter()
     users, items, feature_snapshot = load_feature_tables(store)
-    lookup = FeatureLookup.from_frames(users, items, feature_names(load_features()))
+    lookup = FeatureLookup.from_frames(users, items, recommender_feature_names())
     pop = population(users["user_id"].astype(str).tolist(), items["item_id"].astype(str).tolist(),
                      max_users=max_users, max_items=max_items, max_pairs=max_pairs)
     snapshot = snapshot_name(interval_start)

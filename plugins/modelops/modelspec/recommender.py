@@ -1,6 +1,12 @@
 """The reference recommender declared as a :class:`~modelops.modelspec.spec.ModelSpec`.
 
-Its features are those of ``expectations/features.yaml`` (128 float columns, looked up by the
+The recommender is one model declared like any other: its declaration lives in
+``examples/recommender/`` (no file of it is a global of the platform): ``features.yaml`` (its 128
+feature columns with their metadata) and ``features.custom.json`` (hand-written expectations added to
+its contract gate's suite). Its request JSON Schema is rendered from this spec
+(:func:`modelops.modelspec.render.edge_contract`), as every model's is.
+
+Its features are those of ``features.yaml`` (128 float columns, looked up by the
 gateway and sent to the model as one FP32 vector ``features``), its output one FP32 ``score``; the
 request form is ``feature-lookup`` (``user_id``, ``item_ids``, ``timestamp``) with ``user_id`` as the
 sticky routing key; its outcomes are the feedback actions click, purchase and skip. The tuning is
@@ -10,12 +16,22 @@ sticky routing key; its outcomes are the feedback actions click, purchase and sk
 
 from __future__ import annotations
 
+from functools import cache
 from pathlib import Path
+from typing import Any
 
-from modelops.features import DEFAULT_FEATURES_FILE, load_features
+from modelops.config import PROJECT_ROOT
+from modelops.features import Feature as FeatureMetadata
+from modelops.features import load_features
+from modelops.modelspec.render import edge_contract
 from modelops.modelspec.spec import Feature, ModelSpec, Outcomes, Request, Tensor, Tuning
 from modelops.records import ACTIONS
 
+DECLARATION_DIR = PROJECT_ROOT / "examples" / "recommender"
+FEATURES_FILE = DECLARATION_DIR / "features.yaml"
+"""The recommender's features and their metadata (range, owner, drift sensitivity)."""
+CUSTOM_EXPECTATIONS_FILE = DECLARATION_DIR / "features.custom.json"
+"""Hand-written expectations merged into the recommender's feature suite (GX format)."""
 ROUTING_KEY = "user_id"
 MAX_ITEMS = 50
 NOT_NULL_MOSTLY = 0.99
@@ -23,9 +39,25 @@ NOT_NULL_MOSTLY = 0.99
 _DTYPES = {"float64": "FP64", "float32": "FP32", "int64": "INT64", "int32": "INT32"}
 
 
-def recommender_spec(name: str = "recommender", features_file: Path | str = DEFAULT_FEATURES_FILE) -> ModelSpec:
+@cache
+def recommender_features() -> tuple[FeatureMetadata, ...]:
+    """The recommender's feature metadata (:data:`FEATURES_FILE`), read once."""
+    return load_features(FEATURES_FILE)
+
+
+def recommender_feature_names() -> tuple[str, ...]:
+    """The recommender's model input columns, in order."""
+    return tuple(f.name for f in recommender_features())
+
+
+def recommender_contract(name: str = "recommender") -> dict[str, Any]:
+    """The recommender's request JSON Schema, rendered from its spec."""
+    return edge_contract(recommender_spec(name))
+
+
+def recommender_spec(name: str = "recommender", features_file: Path | str = FEATURES_FILE) -> ModelSpec:
     """The recommender's spec, its features read from ``features_file``."""
-    features = load_features(features_file)
+    features = recommender_features() if Path(features_file) == FEATURES_FILE else load_features(features_file)
     return ModelSpec(
         name=name,
         flavor="onnx",

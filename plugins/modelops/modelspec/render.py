@@ -10,7 +10,7 @@
   row, per row). Column types: FP* ``number``, INT* ``integer``, BOOL ``boolean``, BYTES ``string``;
   a declared range becomes ``minimum``/``maximum``, a column not ``required`` may be ``null``; at most
   ``request.max_items`` rows. ``feature-lookup`` form: the reference recommender's contract
-  (``expectations/request.schema.json``), with the routing key as the entity field, ``max_items``
+  (pinned by ``tests/golden/recommender.request.schema.json``), with the routing key as the entity field, ``max_items``
   items and ``top_k`` up to the number of features.
 * :func:`config_pbtxt` / :func:`config_json`: the Triton model configuration as text and as Triton's
   JSON, in the conventions of :mod:`modelops.serving.pbtxt` (same layout, same keys), so
@@ -19,7 +19,7 @@
   config's ``parameters`` (string values).
 * :func:`drift_features`: the columns the nightly drift job compares, with their weights.
 * :func:`gate_expectations`: the contract gate's per-column expectations as plain GX configurations
-  (``{"type", "kwargs", "meta"}``, the format of ``expectations/suites/features.custom.json``): column
+  (``{"type", "kwargs", "meta"}``, the format of ``examples/recommender/features.custom.json``): column
   exists, type, values in range (when declared), not null (``mostly`` per feature).
 """
 

@@ -188,9 +188,9 @@ def onnx_scorer(artifacts: Artifacts) -> Any:
 
 def _feature_names() -> tuple[str, ...]:
     try:
-        from modelops.features import feature_names, load_features
+        from modelops.modelspec.recommender import recommender_feature_names
 
-        return tuple(feature_names(load_features()))
+        return recommender_feature_names()
     except Exception:  # the feature file is optional for publishing; model-info then lists none
         return ()
 

@@ -1,6 +1,7 @@
-"""The edge contract: ``expectations/request.schema.json`` checked exactly as JSON Schema 2020-12 says.
+"""The edge contract: a request JSON Schema checked exactly as JSON Schema 2020-12 says.
 
-The JSON Schema file is the single source. The decision is jsonschema-rs's (full
+The schema is rendered from the model's spec (the feature-lookup form's from the recommender's spec:
+:func:`modelops.modelspec.recommender.recommender_contract`), the single source. The decision is jsonschema-rs's (full
 2020-12, ECMA-262 patterns; about a microsecond per request, cheaper than the
 hand-written closures it replaced, which used Python ``re`` and so accepted
 ``"u1\\n"`` for ``^[A-Za-z0-9_-]+$``). Patterns are first rewritten by
@@ -27,11 +28,8 @@ from urllib.parse import parse_qsl
 
 import jsonschema_rs
 
-from modelops.config import PROJECT_ROOT
 from modelops.contracts.ecma import portable_pattern
 from modelops.errors import ContractError
-
-DEFAULT_SCHEMA_FILE = PROJECT_ROOT / "expectations" / "request.schema.json"
 
 _SCHEMA_MAPS = frozenset({"properties", "patternProperties", "$defs", "dependentSchemas"})
 _SCHEMA_LISTS = frozenset({"allOf", "anyOf", "oneOf", "prefixItems"})
@@ -275,8 +273,8 @@ class RequestContract:
         return self.check(document, "$")
 
 
-def load_contract(path: Path | str = DEFAULT_SCHEMA_FILE) -> RequestContract:
-    """Read and compile the request contract once.
+def load_contract(path: Path | str) -> RequestContract:
+    """Read and compile a request contract from a JSON Schema file.
 
     Raises:
         ContractError: the file is unreadable, not JSON, or uses an unsupported keyword.
@@ -289,6 +287,16 @@ def load_contract(path: Path | str = DEFAULT_SCHEMA_FILE) -> RequestContract:
         raise ContractError(f"request schema {path} is not valid JSON: {exc}") from exc
     if not isinstance(schema, dict):
         raise ContractError(f"request schema {path}: must be a JSON object")
+    return compile_contract(schema)
+
+
+def compile_contract(schema: Mapping[str, Any]) -> RequestContract:
+    """Compile a request contract (with its ``#/$defs/query``, when declared) once.
+
+    Raises:
+        ContractError: the schema uses an unsupported keyword.
+    """
+    schema = dict(schema)
     query_schema = schema.get("$defs", {}).get("query")
     query = None
     if isinstance(query_schema, dict):
