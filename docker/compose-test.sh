@@ -81,6 +81,15 @@ chmod 600 "$WORK/env"
 
 # A clean environment for Compose: the caller's variables (MODELOPS_*, ...) would win over the env file.
 compose() { env -i PATH="$PATH" HOME="$HOME" ${DOCKER_HOST:+DOCKER_HOST=$DOCKER_HOST} "$COMPOSE" -p "$PROJECT" --env-file "$WORK/env" -f docker-compose.yml -f docker-compose.test.yml "$@"; }
+# What an interrupted run left behind (its engine stopped before its own `down -v`): containers and named
+# volumes of this project. Started from them, PostgreSQL kept that run's passwords and refused this run's
+# roles (postgres-roles: password authentication failed), so the topology never came up.
+leftover=$("$DOCKER" ps -aq --filter "label=com.docker.compose.project=$PROJECT")
+leftover+=$("$DOCKER" volume ls -q --filter "label=com.docker.compose.project=$PROJECT")
+if [ -n "$leftover" ]; then
+  log "removing what an interrupted run of $PROJECT left (containers and volumes)"
+  compose down -v --remove-orphans --timeout 20 >/dev/null
+fi
 log "up -d --wait"
 compose up -d --wait --wait-timeout "${COMPOSE_TEST_UP_TIMEOUT:-900}" --no-build --scale gateway=3 --scale triton=3
 log "topology healthy; running the checks"
