@@ -191,12 +191,12 @@ def test_the_reconciler_keeps_its_descriptors_over_many_ticks(
 
     ticks, last = 0, tick_at()
     before = open_descriptors()
-    deadline = time.monotonic() + 120
-    while ticks < 25 and time.monotonic() < deadline:
+    deadline = time.monotonic() + 90
+    while ticks < 12 and time.monotonic() < deadline:  # before the fix: +2 or more a tick
         time.sleep(0.2)
         if (now := tick_at()) != last:
             ticks, last = ticks + 1, now
     after = open_descriptors()
     print(f"reconciler descriptors over {ticks} ticks: {before} -> {after}")
-    assert ticks >= 10, f"the reconciler ticked {ticks} times in 120 s"
-    assert after - before <= 16, f"the reconciler's descriptors grew from {before} to {after} in {ticks} ticks"
+    assert ticks >= 8, f"the reconciler ticked {ticks} times in 90 s"
+    assert after - before <= 12, f"the reconciler's descriptors grew from {before} to {after} in {ticks} ticks"
