@@ -17,7 +17,6 @@ sticky routing key; its outcomes are the feedback actions click, purchase and sk
 from __future__ import annotations
 
 from functools import cache
-from pathlib import Path
 from typing import Any
 
 from modelops.config import PROJECT_ROOT
@@ -55,9 +54,9 @@ def recommender_contract(name: str = "recommender") -> dict[str, Any]:
     return edge_contract(recommender_spec(name))
 
 
-def recommender_spec(name: str = "recommender", features_file: Path | str = FEATURES_FILE) -> ModelSpec:
-    """The recommender's spec, its features read from ``features_file``."""
-    features = recommender_features() if Path(features_file) == FEATURES_FILE else load_features(features_file)
+def recommender_spec(name: str = "recommender") -> ModelSpec:
+    """The recommender's spec, its features those of :data:`FEATURES_FILE`."""
+    features = recommender_features()
     return ModelSpec(
         name=name,
         flavor="onnx",
