@@ -38,7 +38,6 @@ Key = tuple[str, bool, float, float]
 
 @dataclass
 class _ThreadClients:
-    thread: threading.Thread
     hub: Any
     clients: dict[Key, triton_http.InferenceServerClient] = field(default_factory=dict)
 
@@ -77,7 +76,7 @@ def _enter_thread() -> _ThreadClients:
             if not thread.is_alive():
                 del _threads[thread]
                 _close(held)
-        mine = _threads[me] = _ThreadClients(me, gevent.get_hub())
+        mine = _threads[me] = _ThreadClients(gevent.get_hub())
         return mine
 
 
