@@ -174,3 +174,34 @@ def test_models_in_a_release_are_reconciled_first() -> None:
                            parallel=1)
     reconciler.tick()
     assert visited == ["z", "a", "b", "y"]
+
+
+def test_an_unexpected_error_of_one_model_is_an_error_outcome_and_the_tick_goes_on() -> None:
+    """A bug in one model's reconciliation (an exception no adapter translated) does not end the daemon's tick."""
+    from datetime import UTC, datetime
+
+    from modelops.documents.routes import Routes, VersionRef, routes_key, serialize_routes
+    from modelops.serving.reconcile import Reconciler, TritonTarget
+
+    bucket = _Bucket()
+    for model in ("broken", "fine"):
+        routes = Routes(model, 1, VersionRef(3, f"{3:064x}"), None, 0.0, datetime.now(UTC).isoformat(), "tests")
+        bucket.put_bytes(routes_key(model), serialize_routes(routes))
+    reached: list[str] = []
+
+    class OneBroken(Reconciler):
+        def _spec(self, model: str, version: int) -> None:
+            reached.append(model)
+            if model == "broken":
+                raise KeyError("a field the code did not expect")
+            return None
+
+    reconciler = OneBroken(bucket, tritons=[TritonTarget("http://127.0.0.1:9")],
+                           specs_of=lambda model: {})  # type: ignore[arg-type]
+    outcomes = {o.model: o for o in reconciler.tick()}
+    assert sorted(reached) == ["broken", "fine"]
+    assert outcomes["broken"].action == "error"
+    assert outcomes["broken"].detail.startswith("unexpected KeyError: ")
+    assert "a field the code did not expect" in outcomes["broken"].detail
+    # The other model was reconciled as usual: nothing serves on port 9, a translated (ServingError) error.
+    assert outcomes["fine"].action == "error" and not outcomes["fine"].detail.startswith("unexpected")
