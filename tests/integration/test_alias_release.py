@@ -68,8 +68,43 @@ def _delivery_count(cfg: Settings, outcome: str) -> float:
     return next(float(row[len(line):]) for row in text.splitlines() if row.startswith(line))
 
 
+POLL_DAG = "release_on_staging"
+
+
+@pytest.fixture
+def poll_paused(airflow: AirflowClient) -> Iterator[None]:
+    """The poll (``release_on_staging``) paused, with none of its ticks running; unpaused afterwards.
+
+    The poll runs every minute and starts an unclaimed challenger under the same run id as the
+    webhook. A tick that falls between setting the alias and MLflow's delivery starts the release
+    itself (``started_by`` ``alias-watcher``): a CI run of 2026-12-07 on a loaded machine did. The
+    tests of the webhook path pause it to know which path started the run.
+    """
+    airflow.wait_for_dag(POLL_DAG, timeout_s=300)
+    airflow.pause(POLL_DAG)
+    try:
+        deadline = time.monotonic() + 240
+        while _running_ticks(airflow):
+            assert time.monotonic() < deadline, f"a {POLL_DAG} tick still running after 240 s"
+            time.sleep(1.0)
+        yield
+    finally:
+        airflow.unpause(POLL_DAG)
+
+
+def _running_ticks(airflow: AirflowClient) -> int:
+    runs = airflow.request("GET", f"/api/v2/dags/{POLL_DAG}/dagRuns", params={"state": "running", "limit": 1})
+    return int(runs["total_entries"])
+
+
+def _poll_once(airflow: AirflowClient) -> None:
+    """One tick of the poll, as the schedule would run it, to its end."""
+    tick = airflow.trigger(POLL_DAG, run_id=f"test-alias-poll-{uuid.uuid4().hex[:8]}")
+    assert airflow.wait(POLL_DAG, tick, timeout_s=240) == "success"
+
+
 def test_setting_challenger_starts_exactly_one_release_within_seconds(
-        stack_settings: Settings, airflow: AirflowClient, mlflow_uri: str) -> None:
+        stack_settings: Settings, airflow: AirflowClient, mlflow_uri: str, poll_paused: None) -> None:
     from mlflow import MlflowClient
 
     from modelops.registry.webhooks import ensure_release_webhook, platform_webhooks
@@ -89,7 +124,8 @@ def test_setting_challenger_starts_exactly_one_release_within_seconds(
                            "started_by": WEBHOOK_STARTER, "claim_id": run_id}
     assert seen_at - set_at < 20, f"the webhook path took {seen_at - set_at:.1f} s (goal: 5 s)"
 
-    time.sleep(5)  # MLflow's own retries, the next poll: still one run
+    time.sleep(5)  # MLflow's own retries
+    _poll_once(airflow)  # the next poll sees the webhook's claim: still one run
     assert [r["dag_run_id"] for r in _runs_of(airflow, name)] == [run_id]
     assert airflow.wait("model_release", run_id, timeout_s=300) == "failed"  # at the contract gate, by design
     states = {t["task_id"]: t["state"] for t in airflow.task_instances("model_release", run_id)}
@@ -118,7 +154,8 @@ def _mlflow_delivery(monkeypatch: pytest.MonkeyPatch, secret: str, **data: str) 
 
 
 def test_the_same_delivery_twice_starts_one_release_and_a_forged_one_is_refused_and_counted(
-        webhooks_off: Settings, airflow: AirflowClient, mlflow_uri: str, monkeypatch: pytest.MonkeyPatch) -> None:
+        webhooks_off: Settings, airflow: AirflowClient, mlflow_uri: str, monkeypatch: pytest.MonkeyPatch,
+        poll_paused: None) -> None:
     from modelops.registry.webhooks import current_secret
 
     cfg = webhooks_off
