@@ -288,7 +288,7 @@ class Reconciler:
         except Exception as exc:  # a bug (an untranslated library error) stops this model only
             log.exception("%s on %s: unexpected error, the other models go on", model, triton.url)
             return Outcome(triton.url, model, "error", seconds=time.monotonic() - started,
-                           detail=f"unexpected {type(exc).__name__}: {exc}"[-500:])
+                           detail=f"unexpected {type(exc).__name__}: {str(exc)[-450:]}")
         seconds = time.monotonic() - started
         log.info("%s on %s: now serving %s (loaded %s, unloaded %s%s) in %.1f s", model, triton.url,
                  list(todo.target), sorted(todo.load), sorted(todo.unload),
