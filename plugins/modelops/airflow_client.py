@@ -9,6 +9,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import requests
@@ -55,8 +56,15 @@ class AirflowClient:
         Reads (GET) are retried on connection errors and time-outs. GET, PUT and PATCH are also
         retried when Airflow answers 500 "Database error": its database refused the transaction
         (SQLite's lock wait of 5 s ran out while the scheduler wrote), so nothing was changed.
+        A POST is retried only by :meth:`trigger`, which names its run.
         """
-        attempts = self.retries if method in _RETRIED_ON_DATABASE_ERROR else 1
+        response, _ = self._send(method, path, retry_database_error=method in _RETRIED_ON_DATABASE_ERROR, **kwargs)
+        return self._document(method, path, response)
+
+    def _send(self, method: str, path: str, *, retry_database_error: bool,
+              **kwargs: Any) -> tuple[requests.Response, int]:
+        """The last response and how many attempts it took."""
+        attempts = self.retries if retry_database_error else 1
         for attempt in range(1, attempts + 1):
             try:
                 response = self._session.request(method, f"{self.base_url}{path}", headers=self._auth_header(),
@@ -69,7 +77,11 @@ class AirflowClient:
             if response.status_code == 500 and "Database error" in response.text and attempt < attempts:
                 time.sleep(attempt * self.backoff_s)
                 continue
-            break
+            return response, attempt
+        raise AssertionError("unreachable: the last attempt returns or raises")
+
+    @staticmethod
+    def _document(method: str, path: str, response: requests.Response) -> Any:
         if response.status_code >= 400:
             raise AirflowError(f"Airflow API {method} {path}: HTTP {response.status_code} {response.text[:300]}")
         return response.json() if response.content else None
@@ -98,15 +110,24 @@ class AirflowClient:
 
     def trigger(self, dag_id: str, conf: Mapping[str, Any] | None = None, *, run_id: str | None = None,
                 note: str | None = None) -> str:
-        """Trigger a run (unpausing the DAG first); returns the dag_run_id."""
+        """Trigger a run (unpausing the DAG first); returns the dag_run_id.
+
+        The run is always named (Airflow's own ``manual__<time>`` form when the caller gives no id), so
+        the POST can be retried when Airflow answers 500 "Database error" (its audit-log insert or the
+        run's insert lost SQLite's lock wait and was rolled back). A retry answered 409 "already exists"
+        means an earlier attempt's run was committed after all: that run is the answer.
+        """
         self.wait_for_dag(dag_id)
         self.unpause(dag_id)
-        body: dict[str, Any] = {"logical_date": None, "conf": dict(conf or {})}
-        if run_id:
-            body["dag_run_id"] = run_id
+        run_id = run_id or f"manual__{datetime.now(UTC).isoformat()}"
+        body: dict[str, Any] = {"logical_date": None, "conf": dict(conf or {}), "dag_run_id": run_id}
         if note:
             body["note"] = note
-        return str(self.request("POST", f"/api/v2/dags/{dag_id}/dagRuns", json=body)["dag_run_id"])
+        path = f"/api/v2/dags/{dag_id}/dagRuns"
+        response, attempts = self._send("POST", path, retry_database_error=True, json=body)
+        if response.status_code == 409 and attempts > 1:
+            return run_id
+        return str(self._document("POST", path, response)["dag_run_id"])
 
     def run_state(self, dag_id: str, run_id: str) -> str:
         return str(self.request("GET", f"/api/v2/dags/{dag_id}/dagRuns/{run_id}")["state"])

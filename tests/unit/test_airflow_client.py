@@ -17,7 +17,7 @@ DATABASE_ERROR = {"detail": {"reason": "Database error", "statement": "hidden", 
 
 
 class FakeAirflow(BaseHTTPRequestHandler):
-    failures: ClassVar[dict[str, int]] = {}  # method -> 500 "Database error" answers still to give
+    script: ClassVar[dict[str, list[int]]] = {}  # method -> the statuses still to give before 200s
     calls: ClassVar[list[str]] = []
 
     def log_message(self, *_args: object) -> None:
@@ -35,13 +35,15 @@ class FakeAirflow(BaseHTTPRequestHandler):
         if self.path == "/auth/token":
             self._answer(201, {"access_token": "t"})
             return
-        self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         self.calls.append(self.command)
-        if self.failures.get(self.command, 0) > 0:
-            self.failures[self.command] -= 1
+        status = self.script[self.command].pop(0) if self.script.get(self.command) else 200
+        if status == 500:
             self._answer(500, DATABASE_ERROR)
+        elif status == 409:
+            self._answer(409, {"detail": f"DAG run with id {body.get('dag_run_id')} already exists"})
         else:
-            self._answer(200, {"dag_id": "d", "is_paused": False})
+            self._answer(200, {"dag_id": "d", "is_paused": False, "dag_run_id": body.get("dag_run_id")})
 
     do_GET = do_POST = do_PATCH = _any
 
@@ -51,7 +53,7 @@ def airflow() -> Iterator[AirflowClient]:
     server = ThreadingHTTPServer(("127.0.0.1", 0), FakeAirflow)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    FakeAirflow.failures, FakeAirflow.calls = {}, []
+    FakeAirflow.script, FakeAirflow.calls = {}, []
     try:
         yield AirflowClient(f"http://127.0.0.1:{server.server_address[1]}", "admin", "pw", timeout_s=5, backoff_s=0.01)
     finally:
@@ -60,18 +62,39 @@ def airflow() -> Iterator[AirflowClient]:
 
 
 def test_patch_is_retried_when_the_database_refused_the_transaction(airflow: AirflowClient) -> None:
-    FakeAirflow.failures = {"PATCH": 1}
+    FakeAirflow.script = {"PATCH": [500]}
     assert airflow.request("PATCH", "/api/v2/dags/d", json={"is_paused": False})["is_paused"] is False
     assert FakeAirflow.calls == ["PATCH", "PATCH"]
 
 
 def test_a_post_is_not_retried_and_a_lasting_database_error_is_reported(airflow: AirflowClient) -> None:
-    FakeAirflow.failures = {"POST": 1, "GET": 5}
+    FakeAirflow.script = {"POST": [500], "GET": [500] * 5}
     with pytest.raises(AirflowError, match=r"POST /api/v2/dags/d/dagRuns: HTTP 500 .*Database error"):
         airflow.request("POST", "/api/v2/dags/d/dagRuns", json={})
     with pytest.raises(AirflowError, match="GET /api/v2/dags/d: HTTP 500"):
         airflow.request("GET", "/api/v2/dags/d")
     assert FakeAirflow.calls == ["POST", "GET", "GET", "GET"]  # retries=3 for reads
+
+
+def test_a_trigger_is_retried_when_the_database_refused_it_and_names_its_run(airflow: AirflowClient) -> None:
+    FakeAirflow.script = {"POST": [500, 500]}
+    assert airflow.trigger("d", {"k": 1}, run_id="watch-1") == "watch-1"
+    assert FakeAirflow.calls == ["GET", "PATCH", "POST", "POST", "POST"]
+    FakeAirflow.calls = []
+    run_id = airflow.trigger("d")  # no id given: Airflow's own manual__<time> form, sent with the POST
+    assert run_id.startswith("manual__") and FakeAirflow.calls[-1] == "POST"
+
+
+def test_a_retried_trigger_answered_already_exists_returns_the_run_an_earlier_attempt_made(
+        airflow: AirflowClient) -> None:
+    FakeAirflow.script = {"POST": [500, 409]}
+    assert airflow.trigger("d", run_id="watch-2") == "watch-2"
+    FakeAirflow.script = {"POST": [409]}  # a first answer 409 is the caller's duplicate id: an error
+    with pytest.raises(AirflowError, match=r"HTTP 409 .*watch-2 already exists"):
+        airflow.trigger("d", run_id="watch-2")
+    FakeAirflow.script = {"POST": [500, 500, 500]}
+    with pytest.raises(AirflowError, match=r"HTTP 500 .*Database error"):
+        airflow.trigger("d", run_id="watch-3")
 
 
 def test_a_failed_tasks_log_line_names_each_exception_and_where_in_the_project_it_was_raised() -> None:
