@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 from modelops.serving.reconcile import plan
 
 
@@ -205,3 +208,27 @@ def test_an_unexpected_error_of_one_model_is_an_error_outcome_and_the_tick_goes_
     assert "a field the code did not expect" in outcomes["broken"].detail
     # The other model was reconciled as usual: nothing serves on port 9, a translated (ServingError) error.
     assert outcomes["fine"].action == "error" and not outcomes["fine"].detail.startswith("unexpected")
+
+
+def test_a_tick_that_fails_outside_the_models_is_recorded_and_the_daemon_goes_on(tmp_path: Path) -> None:
+    """The daemon's tick: a translated error skips it, an unexpected one is recorded (raised with --once)."""
+    import pytest
+
+    from modelops.errors import ObjectStoreError
+    from modelops.serving.reconcile import Reconciler, read_status, tick_and_record
+
+    class Failing(Reconciler):
+        def __init__(self, error: Exception) -> None:
+            self.error = error
+
+        def tick(self) -> list[Any]:
+            raise self.error
+
+    status = tmp_path / "reconciler.status.json"
+    assert tick_and_record(Failing(ObjectStoreError("store unreachable")), status) == []
+    assert (read_status(status) or {})["error"] == "store unreachable"
+    assert tick_and_record(Failing(AttributeError("'NoneType' has no attribute 'url'")), status) == []
+    doc = read_status(status) or {}
+    assert doc["error"] == "unexpected AttributeError: 'NoneType' has no attribute 'url'" and doc["outcomes"] == []
+    with pytest.raises(AttributeError):
+        tick_and_record(Failing(AttributeError("bug")), status, strict=True)

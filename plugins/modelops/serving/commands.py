@@ -79,10 +79,9 @@ def _reconcile(args: argparse.Namespace) -> int:
     import time
 
     from modelops.config import settings
-    from modelops.errors import ModelopsError
     from modelops.objectstore import ObjectStore
     from modelops.serving.publisher import local_repository, specs_for
-    from modelops.serving.reconcile import Reconciler, status_file_of, targets_of, write_status
+    from modelops.serving.reconcile import Reconciler, status_file_of, targets_of, tick_and_record
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     cfg = settings()
@@ -97,13 +96,7 @@ def _reconcile(args: argparse.Namespace) -> int:
     status_file = status_file_of(cfg)
     while True:
         started = time.monotonic()
-        try:
-            outcomes = reconciler.tick()
-            write_status(status_file, outcomes)
-        except ModelopsError as exc:  # the object store is unreachable: Triton is left as it is
-            logging.getLogger("modelops.reconcile").warning("tick skipped: %s", exc)
-            outcomes = []
-            write_status(status_file, [], error=str(exc)[-500:])
+        outcomes = tick_and_record(reconciler, status_file, strict=args.once)
         if args.once:
             print(json.dumps([o.to_dict() for o in outcomes], indent=2))
             return 1 if any(o.action == "error" for o in outcomes) else 0

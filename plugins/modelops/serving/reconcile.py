@@ -367,6 +367,30 @@ def write_status(path: Path, outcomes: Sequence[Outcome], *, error: str = "") ->
     tmp.replace(path)
 
 
+def tick_and_record(reconciler: Reconciler, status_file: Path, *, strict: bool = False) -> list[Outcome]:
+    """One tick of the daemon, its status written whatever happened.
+
+    A :class:`ModelopsError` (the object store unreachable, no server resolves) skips the tick and
+    leaves Triton as it is. Any other exception outside the per-model passes (which isolate their own)
+    is a bug: logged with its traceback, recorded as the status's error, and the next tick tries
+    again, unless ``strict`` (``--once``), where it is raised.
+    """
+    try:
+        outcomes = reconciler.tick()
+    except ModelopsError as exc:
+        log.warning("tick skipped: %s", exc)
+        write_status(status_file, [], error=str(exc)[-500:])
+        return []
+    except Exception as exc:
+        if strict:
+            raise
+        log.exception("tick failed: unexpected error, the next tick tries again")
+        write_status(status_file, [], error=f"unexpected {type(exc).__name__}: {str(exc)[-450:]}")
+        return []
+    write_status(status_file, outcomes)
+    return outcomes
+
+
 def read_status(path: Path) -> dict[str, Any] | None:
     try:
         doc = json.loads(path.read_text())
