@@ -50,15 +50,17 @@ class AirflowClient:
             self._token = str(response.json()["access_token"])
         return {"Authorization": f"Bearer {self._token}"}
 
-    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+    def request(self, method: str, path: str, *, idempotent: bool | None = None, **kwargs: Any) -> Any:
         """One API call.
 
         Reads (GET) are retried on connection errors and time-outs. GET, PUT and PATCH are also
         retried when Airflow answers 500 "Database error": its database refused the transaction
         (SQLite's lock wait of 5 s ran out while the scheduler wrote), so nothing was changed.
-        A POST is retried only by :meth:`trigger`, which names its run.
+        A POST is retried so only when the caller says it is ``idempotent`` (clearing a run's failed
+        tasks); :meth:`trigger` names its run and retries its own.
         """
-        response, _ = self._send(method, path, retry_database_error=method in _RETRIED_ON_DATABASE_ERROR, **kwargs)
+        retry = method in _RETRIED_ON_DATABASE_ERROR if idempotent is None else idempotent
+        response, _ = self._send(method, path, retry_database_error=retry, **kwargs)
         return self._document(method, path, response)
 
     def _send(self, method: str, path: str, *, retry_database_error: bool,

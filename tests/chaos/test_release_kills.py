@@ -97,7 +97,7 @@ def _finish(airflow: AirflowClient, model: str, run_id: str) -> str:
         return "completed by itself"
     assert state == "failed", f"release run {run_id} ended {state}: {explain(airflow, model, run_id)}"
     failed = {task: s for task, s in task_states(airflow, run_id).items() if s in ("failed", "upstream_failed")}
-    airflow.request("POST", "/api/v2/dags/model_release/clearTaskInstances",
+    airflow.request("POST", "/api/v2/dags/model_release/clearTaskInstances", idempotent=True,
                     json={"dry_run": False, "dag_run_id": run_id, "only_failed": True, "reset_dag_runs": True})
     wait_for(lambda: airflow.run_state("model_release", run_id) != "failed", 60, "the cleared run runs again")
     assert ended(airflow, model, run_id, RELEASE_S) == "success", explain(airflow, model, run_id)

@@ -76,6 +76,12 @@ def test_a_post_is_not_retried_and_a_lasting_database_error_is_reported(airflow:
     assert FakeAirflow.calls == ["POST", "GET", "GET", "GET"]  # retries=3 for reads
 
 
+def test_a_post_the_caller_calls_idempotent_is_retried(airflow: AirflowClient) -> None:
+    FakeAirflow.script = {"POST": [500]}
+    airflow.request("POST", "/api/v2/dags/d/clearTaskInstances", idempotent=True, json={"only_failed": True})
+    assert FakeAirflow.calls == ["POST", "POST"]
+
+
 def test_a_trigger_is_retried_when_the_database_refused_it_and_names_its_run(airflow: AirflowClient) -> None:
     FakeAirflow.script = {"POST": [500, 500]}
     assert airflow.trigger("d", {"k": 1}, run_id="watch-1") == "watch-1"
