@@ -7,6 +7,7 @@ become :class:`~modelops.errors.ModelopsError` with Airflow's own message.
 from __future__ import annotations
 
 import time
+import uuid
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -114,14 +115,14 @@ class AirflowClient:
                 note: str | None = None) -> str:
         """Trigger a run (unpausing the DAG first); returns the dag_run_id.
 
-        The run is always named (Airflow's own ``manual__<time>`` form when the caller gives no id), so
-        the POST can be retried when Airflow answers 500 "Database error" (its audit-log insert or the
-        run's insert lost SQLite's lock wait and was rolled back). A retry answered 409 "already exists"
-        means an earlier attempt's run was committed after all: that run is the answer.
+        The run is always named (Airflow's own ``manual__<time>_<random>`` form when the caller gives
+        no id), so the POST can be retried when Airflow answers 500 "Database error" (its audit-log
+        insert or the run's insert lost SQLite's lock wait and was rolled back). A retry answered 409
+        "already exists" means an earlier attempt's run was committed after all: that run is the answer.
         """
         self.wait_for_dag(dag_id)
         self.unpause(dag_id)
-        run_id = run_id or f"manual__{datetime.now(UTC).isoformat()}"
+        run_id = run_id or f"manual__{datetime.now(UTC).isoformat()}_{uuid.uuid4().hex[:8]}"
         body: dict[str, Any] = {"logical_date": None, "conf": dict(conf or {}), "dag_run_id": run_id}
         if note:
             body["note"] = note
