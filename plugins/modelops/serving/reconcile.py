@@ -288,7 +288,7 @@ class Reconciler:
         except Exception as exc:  # a bug (an untranslated library error) stops this model only
             log.exception("%s on %s: unexpected error, the other models go on", model, triton.url)
             return Outcome(triton.url, model, "error", seconds=time.monotonic() - started,
-                           detail=f"unexpected {type(exc).__name__}: {str(exc)[-450:]}")
+                           detail=_unexpected(exc))
         seconds = time.monotonic() - started
         log.info("%s on %s: now serving %s (loaded %s, unloaded %s%s) in %.1f s", model, triton.url,
                  list(todo.target), sorted(todo.load), sorted(todo.unload),
@@ -353,6 +353,11 @@ def _counts_as(expected: Mapping[str, Any], reported: Mapping[str, Any]) -> list
     return [{**got, "count": w.get("count")} for got, w in zip(groups, want, strict=True)]
 
 
+def _unexpected(exc: Exception) -> str:
+    """How an error nothing translated is reported: its type, then the end of its message."""
+    return f"unexpected {type(exc).__name__}: {str(exc)[-450:]}"
+
+
 def status_file_of(cfg: Settings) -> Path:
     """Where the reconciler writes its last tick: ``HOME/run/reconciler.status.json``."""
     return cfg.home / "run" / "reconciler.status.json"
@@ -385,7 +390,7 @@ def tick_and_record(reconciler: Reconciler, status_file: Path, *, strict: bool =
         if strict:
             raise
         log.exception("tick failed: unexpected error, the next tick tries again")
-        write_status(status_file, [], error=f"unexpected {type(exc).__name__}: {str(exc)[-450:]}")
+        write_status(status_file, [], error=_unexpected(exc))
         return []
     write_status(status_file, outcomes)
     return outcomes
