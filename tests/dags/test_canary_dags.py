@@ -332,3 +332,39 @@ def test_a_retried_try_finds_the_release_that_ended_in_this_run() -> None:
     finally:
         ObjectStoreStatusStore.load = checkpoints_of  # type: ignore[method-assign]
     assert ended is not None and (ended.phase, ended.stable_version) == (Phase.PROMOTED, 1) and len(calls) == 3
+
+
+def test_a_rerun_after_a_rollback_serves_the_version_again_before_routing_traffic() -> None:
+    """Starting afresh forgets the ended release and loads the (rolled back, so unloaded) version first."""
+    from types import SimpleNamespace
+
+    from modelops.canary.adapters import checkpoint_key
+    from modelops.canary.operator import Wiring, start_afresh
+    from modelops.errors import ServingError
+
+    class _Deletable(_StoredBlobs):
+        def delete(self, key: str) -> None:
+            self.data.pop(key, None)
+
+    calls: list[tuple[str, str, int]] = []
+
+    class _Serving:
+        def __init__(self, fails: bool = False) -> None:
+            self.fails = fails
+
+        def load(self, model: str, triton_version: int) -> None:
+            calls.append(("load", model, triton_version))
+            if self.fails:
+                raise ServingError(f"loading {model} version {triton_version} failed")
+
+        def unload(self, model: str, triton_version: int) -> None:
+            calls.append(("unload", model, triton_version))
+
+    store = _Deletable()
+    store.put_bytes(checkpoint_key("m", 4), b"{}")
+    wiring = Wiring(None, store, "m", 4, None, ("http://gw",))
+    start_afresh(wiring, SimpleNamespace(serving=_Serving()))  # type: ignore[arg-type]
+    assert checkpoint_key("m", 4) not in store.data
+    assert calls == [("load", "m", 4)]
+    with pytest.raises(ServingError, match="loading m version 4 failed"):  # the re-run fails before any traffic
+        start_afresh(wiring, SimpleNamespace(serving=_Serving(fails=True)))  # type: ignore[arg-type]

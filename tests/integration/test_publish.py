@@ -149,9 +149,13 @@ def test_a_broken_new_version_fails_and_the_serving_version_keeps_serving(
     good = fixture_artifacts(21)
     r1 = publish_artifacts(model_name, good, Provenance(owner="tests"), cfg=stack_settings, store=object_store,
                            client=client)
-    with pytest.raises(ServingError, match=f"loading {model_name} version 2 failed"):
+    # Refused before Triton is asked to load it: a python-backend model whose initialize fails once
+    # crashed the shared Triton (modelops.serving.preflight).
+    with pytest.raises(ServingError, match=rf"version 2 of {model_name} cannot be loaded[\s\S]*"
+                                           rf"{model_name}_model/2/model.onnx: onnxruntime cannot open it"):
         publish_artifacts(model_name, broken_artifacts(22), Provenance(owner="tests"), cfg=stack_settings,
                           store=object_store, client=client)
+    assert not (local_repository(stack_settings) / f"{model_name}_model" / "2").exists(), "never mirrored"
     assert client.ready_versions(model_name) == [r1.triton_version]
     assert not client.is_model_ready(f"{model_name}_model", 2)
     verify_served(client, model_name, r1.triton_version, expected_fn=onnx_scorer(good))

@@ -179,9 +179,7 @@ class CanaryOperator(BaseOperator):
                 and saved.status.started_at < run_start.timestamp():
             self.log.info("canary %s v%s: an earlier release of this version ended (%s); starting afresh",
                           wiring.model, wiring.canary_version, saved.status.phase.value)
-            from modelops.canary.adapters import checkpoint_key
-
-            wiring.store.delete(checkpoint_key(wiring.model, wiring.canary_version))
+            start_afresh(wiring, runner)
             saved = None
         if saved is None:
             self.log.info("canary spec: %s", spec.to_json())
@@ -307,6 +305,20 @@ class CanaryOperator(BaseOperator):
             self.log.warning("could not set the run note: %s", exc)
         return {"model": wiring.model, "canary_version": ref.triton_version, "phase": "promoted", "weight": 1.0,
                 "reason": note, "mttr_s": None, "summary": note}
+
+
+def start_afresh(wiring: Wiring, runner: Runner) -> None:
+    """Forget an earlier run's ended release of this version, and serve the version again before traffic.
+
+    The earlier release's rollback unloaded the version. Routed at once, it failed every request
+    until the reconciler had loaded it back, and the error gate rolled the re-run back on those
+    failures (a chaos test's re-run, CI of 2026-12-07). Loading raises when the version cannot
+    serve, so the re-run fails before any user meets it.
+    """
+    from modelops.canary.adapters import checkpoint_key
+
+    wiring.store.delete(checkpoint_key(wiring.model, wiring.canary_version))
+    runner.serving.load(wiring.model, wiring.canary_version)
 
 
 def _ended_in_this_run(context: Any, wiring: Wiring, *, promoting_wait_s: float = 60.0,

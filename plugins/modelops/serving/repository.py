@@ -12,9 +12,10 @@ integer). Re-publishing a complete, identical version writes nothing.
 
 Mirror (:func:`mirror_release`): the embedded Triton reads a local directory. A
 complete version is downloaded into a temporary folder beside the repository, every
-file is checked against the manifest (a tampered object fails the publish), and
-each model's version folder is renamed into place — the pipeline's, holding the
-local ``_COMPLETE``, last.
+file is checked against the manifest (a tampered object fails the publish), every
+ONNX file must open in onnxruntime (:mod:`modelops.serving.preflight`: a file that
+cannot is never a failed load on a shared Triton), and each model's version folder
+is renamed into place — the pipeline's, holding the local ``_COMPLETE``, last.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from pathlib import Path
 from modelops.errors import ObjectStoreError, ServingError
 from modelops.objectstore import ObjectStore
 from modelops.serving.modelinfo import COMPLETE_MARKER, Manifest, sha256_bytes, verify_files
+from modelops.serving.preflight import unopenable
 
 REPOSITORY_PREFIX = "triton/repository/"
 STAGING_PREFIX = "triton/staging/"
@@ -161,8 +163,12 @@ def mirror_release(store: ObjectStore, model: str, version: int, local_root: Pat
             raise ServingError(f"{store.uri(prefix)}: version {version} of {model} does not match its "
                                "manifest (corrupted or tampered), refusing to mirror it:\n  "
                                + "\n  ".join(problems))
-        (staging / marker_path(model, version)).write_bytes(manifest.to_json())
         models = sorted({path.split("/", 1)[0] for path in manifest.files}, key=lambda m: (m == model, m))
+        problems = unopenable(staging / name / str(version) for name in models)
+        if problems:
+            raise ServingError(f"version {version} of {model} cannot be loaded, refusing to mirror it (no Triton "
+                               "is asked to load it):\n  " + "\n  ".join(problems))
+        (staging / marker_path(model, version)).write_bytes(manifest.to_json())
         for name in models:
             config_key = f"{prefix}{name}/config.pbtxt"
             local_config = local_root / name / "config.pbtxt"
