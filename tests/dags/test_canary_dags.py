@@ -335,7 +335,7 @@ def test_a_retried_try_finds_the_release_that_ended_in_this_run() -> None:
 
 
 def test_a_rerun_after_a_rollback_serves_the_version_again_before_routing_traffic() -> None:
-    """Starting afresh forgets the ended release and loads the (rolled back, so unloaded) version first."""
+    """Starting afresh forgets the ended release, loads the (rolled back: unloaded, archived) version, restages it."""
     from types import SimpleNamespace
 
     from modelops.canary.adapters import checkpoint_key
@@ -346,7 +346,7 @@ def test_a_rerun_after_a_rollback_serves_the_version_again_before_routing_traffi
         def delete(self, key: str) -> None:
             self.data.pop(key, None)
 
-    calls: list[tuple[str, str, int]] = []
+    calls: list[tuple[str, str, int | str]] = []
 
     class _Serving:
         def __init__(self, fails: bool = False) -> None:
@@ -360,11 +360,21 @@ def test_a_rerun_after_a_rollback_serves_the_version_again_before_routing_traffi
         def unload(self, model: str, triton_version: int) -> None:
             calls.append(("unload", model, triton_version))
 
+    class _Registry:
+        def restage(self, model: str, mlflow_version: str) -> None:
+            calls.append(("restage", model, mlflow_version))
+
+    def runner(serving: _Serving) -> Any:
+        release = SimpleNamespace(canary=SimpleNamespace(triton_version=4, mlflow_version="7"))
+        return SimpleNamespace(serving=serving, registry=_Registry(), release=release)
+
     store = _Deletable()
     store.put_bytes(checkpoint_key("m", 4), b"{}")
     wiring = Wiring(None, store, "m", 4, None, ("http://gw",))
-    start_afresh(wiring, SimpleNamespace(serving=_Serving()))  # type: ignore[arg-type]
+    start_afresh(wiring, runner(_Serving()))
     assert checkpoint_key("m", 4) not in store.data
-    assert calls == [("load", "m", 4)]
+    assert calls == [("load", "m", 4), ("restage", "m", "7")]  # served first, then staged again (promotable)
+    calls.clear()
     with pytest.raises(ServingError, match="loading m version 4 failed"):  # the re-run fails before any traffic
-        start_afresh(wiring, SimpleNamespace(serving=_Serving(fails=True)))  # type: ignore[arg-type]
+        start_afresh(wiring, runner(_Serving(fails=True)))
+    assert calls == [("load", "m", 4)], "a version that cannot serve stays archived"

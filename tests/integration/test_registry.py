@@ -70,6 +70,20 @@ def test_rollback_marks_the_canary_and_leaves_the_champion(mlflow_uri: str, run_
     assert registry.by_alias(name, CHAMPION).version == "1"  # type: ignore[union-attr]
     assert registry.get(name, 1).stage == "Production"
 
+    # An operator re-runs the rolled-back release: the version is staged again, then promotable.
+    restaged = registry.restage(name, 2)
+    assert (restaged.stage, restaged.aliases) == ("Staging", (CHALLENGER,))
+    assert restaged.tags[TAG["rollback_reason"]] == "error rate 5.1% > 1%", "its history stays"
+    assert registry.restage(name, 2).stage == "Staging", "idempotent"
+    registry.promote(name, 2)
+    assert registry.get(name, 1).stage == "Archived" and registry.stage_alias_consistent(name) == []
+    # A version whose contract gate never passed does not come back.
+    registry.register(run_uri, name)
+    registry.mark_rollback(name, 3, reason="never gated")
+    with pytest.raises(RegistryError, match="contract gate has not passed"):
+        registry.restage(name, 3)
+    assert registry.get(name, 3).stage == "Archived"
+
 
 def test_a_release_is_claimed_once(mlflow_uri: str, run_uri: str) -> None:
     registry = MlflowRegistry(mlflow_uri)

@@ -211,6 +211,9 @@ class MlflowRegistryPort:
     def mark_rollback(self, model: str, mlflow_version: str, reason: str) -> None:
         self.registry.mark_rollback(model, mlflow_version, reason=reason)
 
+    def restage(self, model: str, mlflow_version: str) -> None:
+        self.registry.restage(model, mlflow_version)
+
     def set_tags(self, model: str, mlflow_version: str, tags: Mapping[str, str]) -> None:
         self.registry.set_tags(model, mlflow_version, tags)
 

@@ -308,17 +308,19 @@ class CanaryOperator(BaseOperator):
 
 
 def start_afresh(wiring: Wiring, runner: Runner) -> None:
-    """Forget an earlier run's ended release of this version, and serve the version again before traffic.
+    """Forget an earlier run's ended release of this version; serve it and stage it again before traffic.
 
-    The earlier release's rollback unloaded the version. Routed at once, it failed every request
-    until the reconciler had loaded it back, and the error gate rolled the re-run back on those
-    failures (a chaos test's re-run, CI of 2026-12-07). Loading raises when the version cannot
-    serve, so the re-run fails before any user meets it.
+    The earlier release's rollback unloaded the version and archived it in MLflow (CI of 2026-12-07,
+    a chaos test's re-run). Routed at once, the version failed every request until the reconciler
+    had loaded it back, and the error gate rolled the re-run back on those failures; had it passed,
+    its promotion would have been refused (Archived -> Production). Loading raises when the version
+    cannot serve, so the re-run fails before any user meets it, still archived.
     """
     from modelops.canary.adapters import checkpoint_key
 
     wiring.store.delete(checkpoint_key(wiring.model, wiring.canary_version))
     runner.serving.load(wiring.model, wiring.canary_version)
+    runner.registry.restage(wiring.model, runner.release.canary.mlflow_version)
 
 
 def _ended_in_this_run(context: Any, wiring: Wiring, *, promoting_wait_s: float = 60.0,

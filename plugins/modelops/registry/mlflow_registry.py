@@ -281,6 +281,24 @@ class MlflowRegistry:
         self.set_tags(name, version, {TAG["promoted_at"]: _now()})
         return self.get(name, version)
 
+    def restage(self, name: str, version: str | int) -> VersionInfo:
+        """Archived → Staging again, alias ``challenger``: an operator re-runs the release of a rolled-back version.
+
+        Only a version whose contract gate passed (its ``modelops.contract_passed`` tag) comes back;
+        its rollback tags stay, as its history. A version already in Staging is left as it is.
+
+        Raises:
+            RegistryError: the contract gate never passed for it, or the stage cannot change.
+        """
+        info = self.get(name, version)
+        if info.stage != "Staging":
+            if info.tags.get(TAG["contract_passed"]) != "true":
+                raise RegistryError(f"{name}/{version}: its contract gate has not passed, not moved back to "
+                                    f"Staging (stage {info.stage}); release it afresh")
+            self._transition(name, version, "Staging")
+        self._alias(name, CHALLENGER, version)
+        return self.get(name, version)
+
     def mark_rollback(self, name: str, version: str | int, *, reason: str) -> VersionInfo:
         """A rolled-back canary: Archived, reason tags, ``challenger`` removed if it pointed here.
 
