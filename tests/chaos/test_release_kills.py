@@ -315,3 +315,41 @@ def _alive(pid: int) -> bool:
         return bool(psutil.Process(pid).status() != psutil.STATUS_ZOMBIE)
     except psutil.NoSuchProcess:
         return False
+
+
+def test_a_rolled_back_release_rerun_by_an_operator_serves_stages_and_promotes_its_version(
+        airflow: AirflowClient, stack_settings: Settings, object_store: ObjectStore, mlflow_uri: str,
+        world: dict[str, Any]) -> None:
+    """The other end of "fails cleanly and its re-run completes": a canary aborted (so rolled back:
+    unloaded, archived) is re-run by clearing its failed tasks; the re-run loads and restages the
+    version before any traffic, passes its analyses and promotes it, with no half state."""
+    from modelops.canary.control import write_control
+    from modelops.registry.mlflow_registry import MlflowRegistry
+    from modelops.traffic.runner import BackgroundTraffic
+    from modelops.traffic.simulation import Behaviour, TrafficSpec
+
+    model = world["model"]
+    _champion(airflow, object_store, world, mlflow_uri)
+    version = _register(world, mlflow_uri)
+    spec = TrafficSpec(model=model, rate=20.0, max_requests=10**6, max_seconds=2 * RELEASE_S, n_users=80,
+                       n_items=80, items_per_request=(2, 4), id_width=6, default=Behaviour(0.3, 0.4, 0.2),
+                       per_version={}, concurrency=4, seed=9)
+    registry = MlflowRegistry.from_settings()
+    with BackgroundTraffic(spec, stack_settings.gateway_url):
+        run_id = _trigger(airflow, model, version)
+
+        def canary_routed() -> Any:
+            routes = _routes(object_store, model)
+            return routes.canary if routes.canary is not None and routes.canary_weight > 0 else None
+
+        canary = wait_for(canary_routed, RELEASE_S, "the canary takes traffic", poll_s=0.5)
+        write_control(object_store, model, canary.version, "abort", "tests", "an operator stops it, then re-runs it")
+        assert ended(airflow, model, run_id, RELEASE_S) == "failed", explain(airflow, model, run_id)
+        assert registry.get(model, version).stage == "Archived", "the rollback archives the version"
+        how = _finish(airflow, model, run_id)
+    print(f"aborted canary v{canary.version}, re-run by an operator: {how}")
+    assert how.startswith("failed cleanly"), how
+    record = registry.get(model, version)
+    assert record.stage == "Production" and record.tags.get("modelops.rollback_reason"), record
+    routes = _check_no_half_state(stack_settings, object_store, model, version)
+    assert routes.stable.version == canary.version
