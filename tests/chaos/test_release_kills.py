@@ -82,6 +82,27 @@ def _trigger(airflow: AirflowClient, model: str, version: str) -> str:
                            run_id=f"test-kills-{uuid.uuid4().hex[:8]}")
 
 
+def _traffic(model: str, max_seconds: float, *, seed: int) -> Any:
+    """Live traffic with feedback for a release of ``model`` (20 req/s, the world's 80 users and items)."""
+    from modelops.traffic.simulation import Behaviour, TrafficSpec
+
+    return TrafficSpec(model=model, rate=20.0, max_requests=10**6, max_seconds=max_seconds, n_users=80, n_items=80,
+                       items_per_request=(2, 4), id_width=6, default=Behaviour(0.3, 0.4, 0.2), per_version={},
+                       concurrency=4, seed=seed)
+
+
+def _wait_canary_routed(airflow: AirflowClient, store: ObjectStore, model: str, run_id: str) -> Any:
+    """The canary's version reference once the routes give it traffic; fails if the run ends before that."""
+
+    def canary_routed() -> Any:
+        if airflow.run_state("model_release", run_id) not in ("queued", "running"):
+            pytest.fail(f"the release ended before its canary took traffic: {task_states(airflow, run_id)}")
+        routes = _routes(store, model)
+        return routes.canary if routes.canary is not None and routes.canary_weight > 0 else None
+
+    return wait_for(canary_routed, RELEASE_S, "the canary takes traffic", poll_s=0.5)
+
+
 def _tasks(airflow: AirflowClient, run_id: str) -> dict[str, dict[str, Any]]:
     return {t["task_id"]: t for t in airflow.task_instances("model_release", run_id)}
 
@@ -233,24 +254,13 @@ def test_triton_sigkilled_during_the_canary(airflow: AirflowClient, stack_settin
     from modelops.registry.mlflow_registry import MlflowRegistry
     from modelops.serving.api import served_versions
     from modelops.traffic.runner import BackgroundTraffic
-    from modelops.traffic.simulation import Behaviour, TrafficSpec
 
     model = world["model"]
     stable = _champion(airflow, object_store, world, mlflow_uri).stable
     version = _register(world, mlflow_uri)
-    spec = TrafficSpec(model=model, rate=20.0, max_requests=10**6, max_seconds=RELEASE_S, n_users=80, n_items=80,
-                       items_per_request=(2, 4), id_width=6, default=Behaviour(0.3, 0.4, 0.2), per_version={},
-                       concurrency=4, seed=8)
-    with BackgroundTraffic(spec, stack_settings.gateway_url):
+    with BackgroundTraffic(_traffic(model, RELEASE_S, seed=8), stack_settings.gateway_url):
         run_id = _trigger(airflow, model, version)
-
-        def canary_routed() -> Any:
-            if airflow.run_state("model_release", run_id) not in ("queued", "running"):
-                pytest.fail(f"the release ended before its canary took traffic: {task_states(airflow, run_id)}")
-            routes = _routes(object_store, model)
-            return routes.canary if routes.canary is not None and routes.canary_weight > 0 else None
-
-        canary = wait_for(canary_routed, RELEASE_S, "the canary takes traffic", poll_s=0.5)
+        canary = _wait_canary_routed(airflow, object_store, model, run_id)
         killed_at = time.monotonic()
         kill_service(stack_settings, "triton", signal.SIGKILL)
         launcher.up(stack_settings, progress=lambda line: None, only=["triton"])  # what a supervisor does
@@ -326,23 +336,14 @@ def test_a_rolled_back_release_rerun_by_an_operator_serves_stages_and_promotes_i
     from modelops.canary.control import write_control
     from modelops.registry.mlflow_registry import MlflowRegistry
     from modelops.traffic.runner import BackgroundTraffic
-    from modelops.traffic.simulation import Behaviour, TrafficSpec
 
     model = world["model"]
     _champion(airflow, object_store, world, mlflow_uri)
     version = _register(world, mlflow_uri)
-    spec = TrafficSpec(model=model, rate=20.0, max_requests=10**6, max_seconds=2 * RELEASE_S, n_users=80,
-                       n_items=80, items_per_request=(2, 4), id_width=6, default=Behaviour(0.3, 0.4, 0.2),
-                       per_version={}, concurrency=4, seed=9)
     registry = MlflowRegistry.from_settings()
-    with BackgroundTraffic(spec, stack_settings.gateway_url):
+    with BackgroundTraffic(_traffic(model, 2 * RELEASE_S, seed=9), stack_settings.gateway_url):
         run_id = _trigger(airflow, model, version)
-
-        def canary_routed() -> Any:
-            routes = _routes(object_store, model)
-            return routes.canary if routes.canary is not None and routes.canary_weight > 0 else None
-
-        canary = wait_for(canary_routed, RELEASE_S, "the canary takes traffic", poll_s=0.5)
+        canary = _wait_canary_routed(airflow, object_store, model, run_id)
         write_control(object_store, model, canary.version, "abort", "tests", "an operator stops it, then re-runs it")
         assert ended(airflow, model, run_id, RELEASE_S) == "failed", explain(airflow, model, run_id)
         assert registry.get(model, version).stage == "Archived", "the rollback archives the version"

@@ -1,7 +1,8 @@
 """Refuse, before any Triton sees it, a version whose ONNX files onnxruntime cannot open.
 
-Every model this platform serves runs in Triton's python backend, which opens an ONNX file
-with the same onnxruntime as here. A python model whose ``initialize`` raises is the one
+On the Tritons that read a mirrored repository (the embedded stack's, the CPU Triton of the
+compose test override) every model runs in the python backend, which opens an ONNX file with
+the same onnxruntime as here. A python model whose ``initialize`` raises is the one
 failed load Triton 2.51 (the server the ``nvidia-pytriton`` wheel ships) does not reliably
 survive: in the CI run of 2026-12-07 Triton took a SIGSEGV 0.06 s after "failed to load
 '..._model' version 2: InvalidProtobuf", then hung 22 minutes in its exit handler with every
